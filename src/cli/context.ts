@@ -1,0 +1,33 @@
+import type { Command } from 'commander';
+import { Queue } from '../queue.js';
+
+/** Global options every subcommand sees. */
+export interface GlobalOptions {
+  databaseUrl?: string;
+  schema: string;
+  json?: boolean;
+  verbose?: boolean;
+}
+
+/** Opens a Queue from `--database-url`/`$DATABASE_URL` and `--schema`, runs `fn`, closes it. */
+export async function withQueue<T>(
+  command: Command,
+  fn: (queue: Queue, options: GlobalOptions) => Promise<T>,
+): Promise<T> {
+  const options = command.optsWithGlobals<GlobalOptions>();
+  const connectionString = options.databaseUrl ?? process.env.DATABASE_URL;
+  if (!connectionString) {
+    throw new Error('No database given: pass --database-url postgres://… or set DATABASE_URL');
+  }
+  const queue = new Queue({ connectionString, schema: options.schema, poolSize: 2 });
+  try {
+    return await fn(queue, options);
+  } finally {
+    await queue.close();
+  }
+}
+
+/** Prints `value` as JSON with --json, else the text for people. */
+export function print(options: GlobalOptions, value: unknown, text: string): void {
+  process.stdout.write(options.json ? `${JSON.stringify(value)}\n` : `${text}\n`);
+}

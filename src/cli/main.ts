@@ -1,0 +1,51 @@
+#!/usr/bin/env node
+/**
+ * The `skiplock` command (SPEC §4). Each subcommand lives in its own file; this one wires them
+ * and owns the error policy: one line on stderr and a non-zero exit, a stack only with --verbose.
+ */
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError } from 'commander';
+import { SkiplockError } from '../errors.js';
+import { registerMigrate } from './migrate.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+  version: string;
+};
+
+export function buildProgram(): Command {
+  const program = new Command('skiplock')
+    .description('Skiplock: a durable job queue on PostgreSQL')
+    .version(version)
+    .option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL)')
+    .option('--schema <name>', "schema of Skiplock's tables", 'skiplock')
+    .option('--json', 'print JSON instead of text for people')
+    .option('--verbose', 'print stack traces of errors')
+    .showHelpAfterError('(run with --help for usage)')
+    .exitOverride();
+  registerMigrate(program);
+  return program;
+}
+
+async function main(argv: string[]): Promise<void> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // Commander already printed its message (usage errors) or the help/version text.
+      process.exitCode = error.exitCode;
+      return;
+    }
+    const verbose = program.opts<{ verbose?: boolean }>().verbose === true || argv.includes('--verbose');
+    process.stderr.write(`skiplock: ${oneLine(error)}\n`);
+    if (verbose && error instanceof Error && error.stack) process.stderr.write(`${error.stack}\n`);
+    process.exitCode = error instanceof SkiplockError && error.code === 'ERR_VALIDATION' ? 2 : 1;
+  }
+}
+
+function oneLine(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.split('\n')[0] ?? message;
+}
+
+await main(process.argv);

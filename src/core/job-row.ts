@@ -1,0 +1,75 @@
+import type { ClaimedJob, Job, JobStatus } from '../types.js';
+
+/**
+ * A row of the jobs table as `pg` returns it by default (int8 as string, timestamptz as Date,
+ * jsonb parsed). Mapping tolerates an application that changed pg's global type parsers.
+ */
+export interface JobRow {
+  id: string;
+  queue: string;
+  task: string;
+  status: JobStatus;
+  priority: number;
+  payload: unknown;
+  result: unknown;
+  dedupe_key: string | null;
+  attempts: number;
+  max_attempts: number;
+  run_after: Date;
+  lease_until: Date | null;
+  worker_id: string | null;
+  run_started_at: Date | null;
+  timeout_ms: number | null;
+  last_error: string | null;
+  cancel_requested_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+/** Maps a row to the public {@link Job} shape. */
+export function toJob(row: JobRow): Job {
+  return {
+    id: String(row.id),
+    queue: row.queue,
+    task: row.task,
+    status: row.status,
+    priority: Number(row.priority),
+    payload: row.payload,
+    result: row.result,
+    dedupeKey: row.dedupe_key,
+    attempts: Number(row.attempts),
+    maxAttempts: Number(row.max_attempts),
+    runAfter: toDate(row.run_after),
+    leaseUntil: toDateOrNull(row.lease_until),
+    workerId: row.worker_id,
+    runStartedAt: toDateOrNull(row.run_started_at),
+    timeoutMs: row.timeout_ms === null ? null : Number(row.timeout_ms),
+    lastError: row.last_error,
+    cancelRequestedAt: toDateOrNull(row.cancel_requested_at),
+    createdAt: toDate(row.created_at),
+    updatedAt: toDate(row.updated_at),
+  };
+}
+
+/** Maps a freshly claimed row to a {@link ClaimedJob}: the job plus its lease. */
+export function toClaimedJob(row: JobRow): ClaimedJob {
+  const job = toJob(row);
+  return { ...job, workerId: row.worker_id ?? '', attempt: job.attempts };
+}
+
+/** Claim order of SPEC §2: priority, then run_after, then id (numerically). */
+export function compareClaimOrder(a: Job, b: Job): number {
+  return (
+    a.priority - b.priority ||
+    a.runAfter.getTime() - b.runAfter.getTime() ||
+    (BigInt(a.id) < BigInt(b.id) ? -1 : BigInt(a.id) > BigInt(b.id) ? 1 : 0)
+  );
+}
+
+function toDate(value: Date | string | number): Date {
+  return value instanceof Date ? value : new Date(value);
+}
+
+function toDateOrNull(value: Date | string | number | null): Date | null {
+  return value === null ? null : toDate(value);
+}

@@ -1,0 +1,94 @@
+import { ValidationError } from '../errors.js';
+import type { EnqueueOptions } from '../types.js';
+import {
+  optionsObject,
+  rejectUnknownKeys,
+  requireDate,
+  requireInt,
+  requireMs,
+  requireName,
+  toJsonText,
+} from './validate.js';
+
+/** Defaults of SPEC §2. */
+export const DEFAULT_QUEUE = 'default';
+export const DEFAULT_PRIORITY = 100;
+export const DEFAULT_MAX_ATTEMPTS = 3;
+/** Largest `maxAttempts`; more is a loop, not a retry policy. */
+export const MAX_MAX_ATTEMPTS = 1_000_000;
+
+/** A job ready for INSERT: validated, defaults applied, payload serialised. */
+export interface NewJob {
+  task: string;
+  payloadJson: string;
+  queue: string;
+  priority: number;
+  dedupeKey: string | null;
+  maxAttempts: number;
+  /** Absolute start, or null. */
+  runAt: Date | null;
+  /** Start relative to the database's now(), or null (then: now). */
+  delayMs: number | null;
+  timeoutMs: number | null;
+}
+
+const OPTION_KEYS = ['queue', 'priority', 'dedupeKey', 'maxAttempts', 'runAt', 'delayMs', 'timeoutMs'];
+const ENQUEUE_KEYS = [...OPTION_KEYS, 'client'];
+const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
+
+/**
+ * Validates one job (SPEC §1.11). `prefix` names where it came from in error messages
+ * (`''` for `enqueue`'s arguments, `specs[3].` for `enqueueMany`).
+ */
+export function toNewJob(task: unknown, payload: unknown, options: EnqueueOptions, prefix = ''): NewJob {
+  const at = (field: string) => `${prefix}${field}`;
+  if (options.runAt !== undefined && options.delayMs !== undefined) {
+    throw new ValidationError(at('runAt'), 'give either runAt or delayMs, not both');
+  }
+  return {
+    task: requireName(task, at('task')),
+    payloadJson: toJsonText(payload, at('payload')),
+    queue: options.queue === undefined ? DEFAULT_QUEUE : requireName(options.queue, at('queue')),
+    priority:
+      options.priority === undefined ? DEFAULT_PRIORITY : requireInt(options.priority, at('priority')),
+    dedupeKey:
+      options.dedupeKey === undefined || options.dedupeKey === null
+        ? null
+        : requireName(options.dedupeKey, at('dedupeKey')),
+    maxAttempts:
+      options.maxAttempts === undefined
+        ? DEFAULT_MAX_ATTEMPTS
+        : requireInt(options.maxAttempts, at('maxAttempts'), 1, MAX_MAX_ATTEMPTS),
+    runAt: options.runAt === undefined ? null : requireDate(options.runAt, at('runAt')),
+    delayMs: options.delayMs === undefined ? null : requireMs(options.delayMs, at('delayMs')),
+    timeoutMs:
+      options.timeoutMs === undefined || options.timeoutMs === null
+        ? null
+        : requireInt(options.timeoutMs, at('timeoutMs'), 1),
+  };
+}
+
+/** Validates `enqueue(task, payload, options)`'s options object. */
+export function enqueueOptions(options: unknown): EnqueueOptions & { client?: unknown } {
+  const opts = optionsObject(options as object | undefined, 'options') as EnqueueOptions & {
+    client?: unknown;
+  };
+  rejectUnknownKeys(opts, ENQUEUE_KEYS, 'options');
+  return opts;
+}
+
+/** Validates every entry of `enqueueMany(specs)`; one bad entry rejects the whole batch. */
+export function toNewJobs(specs: unknown): NewJob[] {
+  if (!Array.isArray(specs)) {
+    throw new ValidationError('specs', 'must be an array of { task, payload, ...options }');
+  }
+  return specs.map((spec: unknown, i) => {
+    const prefix = `specs[${i}].`;
+    if (typeof spec !== 'object' || spec === null || Array.isArray(spec)) {
+      throw new ValidationError(`specs[${i}]`, 'must be an object { task, payload, ...options }');
+    }
+    rejectUnknownKeys(spec, SPEC_KEYS, `specs[${i}]`);
+    const { task, payload, ...options } = spec as Record<string, unknown>;
+    return toNewJob(task, payload, options as EnqueueOptions, prefix);
+  });
+}

@@ -1,0 +1,155 @@
+/**
+ * Input validation (SPEC §1.11). Every public input passes through here before any SQL runs,
+ * so bad input is a {@link ValidationError} naming the field, and nothing is written.
+ */
+import { ValidationError } from '../errors.js';
+import { JOB_STATUSES, type JobStatus, type Lease } from '../types.js';
+
+const INT4_MAX = 2_147_483_647;
+const INT4_MIN = -2_147_483_648;
+/** Largest bigint id (PostgreSQL int8). */
+const INT8_MAX = 9_223_372_036_854_775_807n;
+/** Longest task, queue or dedupe key, in characters; longer ones are a mistake, not a name. */
+export const MAX_NAME_LENGTH = 1000;
+
+/** A non-empty string without NUL (PostgreSQL text cannot hold U+0000). */
+export function requireName(value: unknown, field: string): string {
+  if (typeof value !== 'string') {
+    throw new ValidationError(field, `must be a non-empty string, got ${describe(value)}`);
+  }
+  if (value.length === 0) throw new ValidationError(field, 'must be a non-empty string, got ""');
+  if (value.length > MAX_NAME_LENGTH) {
+    throw new ValidationError(field, `must be at most ${MAX_NAME_LENGTH} characters, got ${value.length}`);
+  }
+  if (value.includes('\u0000')) {
+    throw new ValidationError(field, 'must not contain the NUL character (U+0000)');
+  }
+  return value;
+}
+
+/** An integer in PostgreSQL's int4 range, within [min, max]. */
+export function requireInt(value: unknown, field: string, min = INT4_MIN, max = INT4_MAX): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new ValidationError(field, `must be an integer, got ${describe(value)}`);
+  }
+  if (value < min || value > max) {
+    throw new ValidationError(field, `must be between ${min} and ${max}, got ${value}`);
+  }
+  return value;
+}
+
+/** A finite, non-negative number of milliseconds (fractions are rounded). */
+export function requireMs(value: unknown, field: string, max = 100 * 365 * 86_400_000): number {
+  if (typeof value !== 'number' || !Number.isFinite(value)) {
+    throw new ValidationError(field, `must be a finite number of milliseconds, got ${describe(value)}`);
+  }
+  if (value < 0) throw new ValidationError(field, `must not be negative, got ${value}`);
+  if (value > max) throw new ValidationError(field, `must be at most ${max} ms, got ${value}`);
+  return Math.round(value);
+}
+
+/** A valid `Date`. */
+export function requireDate(value: unknown, field: string): Date {
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
+    throw new ValidationError(field, `must be a valid Date, got ${describe(value)}`);
+  }
+  return value;
+}
+
+/**
+ * JSON text for a `jsonb` column. `undefined` becomes JSON `null`. Throws for values JSON cannot
+ * represent faithfully: BigInt, cycles, functions, symbols, and strings holding U+0000 (which
+ * `jsonb` rejects).
+ */
+export function toJsonText(value: unknown, field: string): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value === undefined ? null : value);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new ValidationError(field, `must be JSON-serialisable (${reason})`, { cause: error });
+  }
+  if (text === undefined) {
+    throw new ValidationError(field, `must be JSON-serialisable, got ${describe(value)}`);
+  }
+  // An escaped NUL: `\u0000` preceded by an even number of backslashes (odd ones escape it).
+  if (/(?:^|[^\\])(?:\\\\)*\\u0000/.test(text)) {
+    throw new ValidationError(field, 'must not contain the NUL character (U+0000) in any string');
+  }
+  return text;
+}
+
+/** A job id: the decimal string (or safe integer) of a positive int8. Returns the canonical string. */
+export function requireJobId(value: unknown, field = 'id'): string {
+  const text = typeof value === 'number' && Number.isSafeInteger(value) ? String(value) : value;
+  if (typeof text !== 'string' || !/^[1-9][0-9]{0,18}$/.test(text) || BigInt(text) > INT8_MAX) {
+    throw new ValidationError(
+      field,
+      `must be a job id (a positive integer as a string, like "42"), got ${describe(value)}`,
+    );
+  }
+  return text;
+}
+
+/** A lease as returned by `claim` (SPEC §1.3). */
+export function requireLease(value: unknown, field = 'lease'): Lease {
+  if (typeof value !== 'object' || value === null) {
+    throw new ValidationError(field, `must be the lease returned by claim(), got ${describe(value)}`);
+  }
+  const lease = value as Record<string, unknown>;
+  return {
+    id: requireJobId(lease.id, `${field}.id`),
+    workerId: requireName(lease.workerId, `${field}.workerId`),
+    attempt: requireInt(lease.attempt, `${field}.attempt`, 1),
+  };
+}
+
+/** One of the five statuses. */
+export function requireStatus(value: unknown, field: string): JobStatus {
+  if (typeof value !== 'string' || !(JOB_STATUSES as readonly string[]).includes(value)) {
+    throw new ValidationError(field, `must be one of ${JOB_STATUSES.join(', ')}; got ${describe(value)}`);
+  }
+  return value as JobStatus;
+}
+
+/** A list of names (tasks, queues); `undefined` means "no filter". Empty lists are refused. */
+export function optionalNameList(value: unknown, field: string): string[] | null {
+  if (value === undefined || value === null) return null;
+  if (!Array.isArray(value) || value.length === 0) {
+    throw new ValidationError(field, `must be a non-empty array of names, got ${describe(value)}`);
+  }
+  return value.map((item, i) => requireName(item, `${field}[${i}]`));
+}
+
+/** Refuses keys the caller probably misspelt (`dedupe_key`, `runAfter`…). */
+export function rejectUnknownKeys(value: object, allowed: readonly string[], field: string): void {
+  for (const key of Object.keys(value)) {
+    if (!allowed.includes(key)) {
+      throw new ValidationError(
+        field ? `${field}.${key}` : key,
+        `is not a known option (known: ${allowed.join(', ')})`,
+      );
+    }
+  }
+}
+
+/** An options object, or `undefined` → `{}`. */
+export function optionsObject<T extends object>(value: T | undefined, field: string): T {
+  if (value === undefined || value === null) return {} as T;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new ValidationError(field, `must be an object, got ${describe(value)}`);
+  }
+  return value;
+}
+
+/** A short description of a value for error messages. */
+export function describe(value: unknown): string {
+  if (value === null) return 'null';
+  if (value === undefined) return 'undefined';
+  if (typeof value === 'string') return JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}…` : value);
+  if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+  if (typeof value === 'bigint') return `${value}n (a BigInt)`;
+  if (value instanceof Date) return Number.isNaN(value.getTime()) ? 'Invalid Date' : value.toISOString();
+  if (Array.isArray(value)) return 'an array';
+  return `a ${typeof value}`;
+}

@@ -1,0 +1,137 @@
+/**
+ * Every error Skiplock throws on purpose is a {@link SkiplockError} with a stable `code`.
+ * Match on `code` (or `instanceof`), never on the message: messages are for people and
+ * may gain detail between versions.
+ */
+
+/** Stable error codes. New codes may be added; existing ones never change meaning. */
+export type SkiplockErrorCode =
+  | 'ERR_VALIDATION'
+  | 'ERR_DATABASE'
+  | 'ERR_NOT_MIGRATED'
+  | 'ERR_MIGRATION'
+  | 'ERR_DEDUPE_CONFLICT'
+  | 'ERR_QUEUE_CLOSED'
+  | 'ERR_JOB_DEADLINE_EXCEEDED'
+  | 'ERR_EMBEDDED_POSTGRES';
+
+/** Base class of every error Skiplock throws on purpose. */
+export class SkiplockError extends Error {
+  readonly code: SkiplockErrorCode;
+
+  constructor(code: SkiplockErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * Bad input: a field that is missing, of the wrong type or out of range. Thrown before anything
+ * is sent to the database, so nothing was written.
+ *
+ * @example
+ * try { await queue.enqueue('', {}) } catch (e) {
+ *   if (e instanceof ValidationError) console.error(e.field, e.message) // 'task', 'task must be …'
+ * }
+ */
+export class ValidationError extends SkiplockError {
+  /** The offending input, as a path such as `priority` or `specs[3].payload`. */
+  readonly field: string;
+
+  constructor(field: string, message: string, options?: { cause?: unknown }) {
+    super('ERR_VALIDATION', `${field}: ${message}`, options);
+    this.field = field;
+  }
+}
+
+/** Fields PostgreSQL sends with an error, kept as the server sent them. */
+export interface PostgresErrorFields {
+  /** SQLSTATE, e.g. `23505` for a unique violation, `57P01` when the server shut down. */
+  sqlState?: string | undefined;
+  detail?: string | undefined;
+  hint?: string | undefined;
+  constraint?: string | undefined;
+  table?: string | undefined;
+  schema?: string | undefined;
+}
+
+/**
+ * The database refused or failed a statement (or could not be reached). `sqlState` keeps
+ * PostgreSQL's SQLSTATE when the server sent one; `cause` is the driver's original error.
+ */
+export class DatabaseError extends SkiplockError {
+  readonly sqlState: string | undefined;
+  readonly detail: string | undefined;
+  readonly hint: string | undefined;
+  readonly constraint: string | undefined;
+
+  constructor(message: string, fields: PostgresErrorFields, options?: { cause?: unknown }) {
+    super('ERR_DATABASE', message, options);
+    this.sqlState = fields.sqlState;
+    this.detail = fields.detail;
+    this.hint = fields.hint;
+    this.constraint = fields.constraint;
+  }
+}
+
+/** The schema or its tables do not exist yet: run `queue.migrate()` or `skiplock migrate`. */
+export class NotMigratedError extends SkiplockError {
+  readonly schema: string;
+
+  constructor(schema: string, options?: { cause?: unknown }) {
+    super(
+      'ERR_NOT_MIGRATED',
+      `Skiplock's tables in schema "${schema}" do not exist or are out of date: run \`await queue.migrate()\` or \`skiplock migrate\` first`,
+      options,
+    );
+    this.schema = schema;
+  }
+}
+
+/** Migrations could not be applied (for example: the database is newer than this package). */
+export class MigrationError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_MIGRATION', message, options);
+  }
+}
+
+/** A transition would give a dedupe key a second active job (e.g. requeue of a dead job). */
+export class DedupeConflictError extends SkiplockError {
+  readonly dedupeKey: string | null;
+
+  constructor(message: string, dedupeKey: string | null, options?: { cause?: unknown }) {
+    super('ERR_DEDUPE_CONFLICT', message, options);
+    this.dedupeKey = dedupeKey;
+  }
+}
+
+/** A method was called after `queue.close()`. */
+export class QueueClosedError extends SkiplockError {
+  constructor() {
+    super('ERR_QUEUE_CLOSED', 'This Queue has been closed: create a new Queue to keep working');
+  }
+}
+
+/**
+ * A job ran past its deadline (`timeoutMs`). Its message starts with `JobDeadlineExceeded`, which
+ * is what `ops().deadline1h` counts; the failure spends an attempt like any other.
+ */
+export class JobDeadlineExceeded extends SkiplockError {
+  readonly timeoutMs: number;
+
+  constructor(timeoutMs: number) {
+    super(
+      'ERR_JOB_DEADLINE_EXCEEDED',
+      `JobDeadlineExceeded: the job ran longer than its timeout of ${timeoutMs} ms`,
+    );
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** The embedded PostgreSQL server could not be prepared, started or stopped. */
+export class EmbeddedPostgresError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_EMBEDDED_POSTGRES', message, options);
+  }
+}

@@ -1,0 +1,44 @@
+/**
+ * Skiplock: a durable job queue on PostgreSQL (SKIP LOCKED claims, leases, retries, dedupe,
+ * LISTEN/NOTIFY wake-up).
+ *
+ * @packageDocumentation
+ */
+export { computeBackoff, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_CAP_MS } from './core/backoff.js';
+export type { Executor } from './db/executor.js';
+export { notifyChannel } from './db/identifier.js';
+export {
+  DatabaseError,
+  DedupeConflictError,
+  EmbeddedPostgresError,
+  JobDeadlineExceeded,
+  MigrationError,
+  NotMigratedError,
+  type PostgresErrorFields,
+  QueueClosedError,
+  SkiplockError,
+  type SkiplockErrorCode,
+  ValidationError,
+} from './errors.js';
+export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';
+export { Queue, type QueueOptions } from './queue.js';
+export {
+  type BackoffJitter,
+  type BackoffOptions,
+  type ClaimedJob,
+  type ClaimOptions,
+  type EnqueueCallOptions,
+  type EnqueueOptions,
+  type EnqueueResult,
+  JOB_STATUSES,
+  type Job,
+  type JobSpec,
+  type JobStatus,
+  type JsonValue,
+  type Lease,
+  type ListOptions,
+  type Logger,
+  type OpsSnapshot,
+  type PruneOptions,
+  type Queryable,
+} from './types.js';

@@ -1,0 +1,65 @@
+import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.js';
+import { quoteIdent } from '../db/identifier.js';
+import { MigrationError } from '../errors.js';
+import { initial } from './001-initial.js';
+import type { Migration } from './migration.js';
+
+/** Every migration, in order. Append only: a released migration never changes. */
+export const MIGRATIONS: readonly Migration[] = [initial];
+
+/** The schema version this package needs. */
+export const LATEST_VERSION = MIGRATIONS.at(-1)?.version ?? 0;
+
+/** Advisory lock namespace of migrations ('sklk'); the second key is the schema's hash. */
+const MIGRATION_LOCK = 0x736b6c6b;
+
+/** What `migrate()` did. */
+export interface MigrateResult {
+  schema: string;
+  /** Versions applied by this call (empty when the schema was already up to date). */
+  applied: number[];
+  /** The schema's version afterwards. */
+  version: number;
+}
+
+/**
+ * Brings `schema` up to {@link LATEST_VERSION} in one transaction under an advisory lock
+ * (SPEC §2), so any number of processes may call it at once: the first applies, the others
+ * wait, then find nothing left to do.
+ */
+export async function migrate(pool: PoolExecutor, schema: string): Promise<MigrateResult> {
+  const s = quoteIdent(schema);
+  return inTransaction(pool, async (db) => {
+    await db.query('SELECT pg_advisory_xact_lock($1::int, hashtext($2))', [MIGRATION_LOCK, schema]);
+    await db.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+    await db.query(
+      `CREATE TABLE IF NOT EXISTS ${s}.migrations (
+         version    integer     PRIMARY KEY,
+         name       text        NOT NULL,
+         applied_at timestamptz NOT NULL DEFAULT now()
+       )`,
+    );
+    const current = await schemaVersion(db, s);
+    if (current > LATEST_VERSION) {
+      throw new MigrationError(
+        `Schema "${schema}" is at version ${current}, newer than this skiplock package knows (${LATEST_VERSION}): upgrade skiplock instead of migrating down`,
+      );
+    }
+    const applied: number[] = [];
+    for (const migration of MIGRATIONS) {
+      if (migration.version <= current) continue;
+      await db.query(migration.sql(s));
+      await db.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+        migration.version,
+        migration.name,
+      ]);
+      applied.push(migration.version);
+    }
+    return { schema, applied, version: Math.max(current, LATEST_VERSION) };
+  });
+}
+
+async function schemaVersion(db: Executor, s: string): Promise<number> {
+  const { rows } = await db.query(`SELECT coalesce(max(version), 0)::int AS version FROM ${s}.migrations`);
+  return Number(rows[0]?.version ?? 0);
+}

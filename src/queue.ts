@@ -1,0 +1,437 @@
+import pg from 'pg';
+import { computeBackoff, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_CAP_MS } from './core/backoff.js';
+import { errorText } from './core/error-text.js';
+import { compareClaimOrder } from './core/job-row.js';
+import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
+import {
+  optionalNameList,
+  optionsObject,
+  rejectUnknownKeys,
+  requireInt,
+  requireJobId,
+  requireLease,
+  requireMs,
+  requireName,
+  requireStatus,
+  toJsonText,
+} from './core/validate.js';
+import { type Executor, isExecutor, type PoolExecutor } from './db/executor.js';
+import { requireSchemaName } from './db/identifier.js';
+import { DatabaseError, QueueClosedError, ValidationError } from './errors.js';
+import { type MigrateResult, migrate } from './migrations/migrate.js';
+import { JobStore } from './store/job-store.js';
+import type {
+  BackoffOptions,
+  ClaimedJob,
+  ClaimOptions,
+  EnqueueCallOptions,
+  EnqueueOptions,
+  EnqueueResult,
+  Job,
+  JobSpec,
+  JobStatus,
+  ListOptions,
+  Logger,
+  OpsSnapshot,
+  PruneOptions,
+} from './types.js';
+
+/** Options of {@link Queue}. */
+export interface QueueOptions {
+  /** PostgreSQL URL. Defaults to `process.env.DATABASE_URL` when neither this nor `pool` is given. */
+  connectionString?: string;
+  /** Your own pool (Skiplock then never ends it). */
+  pool?: pg.Pool;
+  /** Schema holding Skiplock's tables (default `skiplock`). Any name works; it is always quoted. */
+  schema?: string;
+  /** Optional replica for the observability reads (`get`, `list`, `counts`, `ops`). */
+  readConnectionString?: string;
+  /** Retry delays of `fail()`: base, cap and jitter of {@link computeBackoff}. */
+  backoff?: BackoffOptions;
+  /** Default lease of `claim` and `renewLease`, in ms (default 120 000). */
+  leaseMs?: number;
+  /** A running job older than this counts as stuck in `ops()` (default 10 min). */
+  stuckAfterMs?: number;
+  /** Size of the pool Skiplock creates from `connectionString` (default 10). */
+  poolSize?: number;
+  /** Receives warnings such as a pooled connection that died. Nothing is printed without one. */
+  logger?: Logger;
+}
+
+const QUEUE_OPTION_KEYS = [
+  'connectionString',
+  'pool',
+  'schema',
+  'readConnectionString',
+  'backoff',
+  'leaseMs',
+  'stuckAfterMs',
+  'poolSize',
+  'logger',
+];
+const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
+const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
+const PRUNE_KEYS = ['olderThanMs', 'statuses'];
+const FINISHED = ['done', 'dead', 'cancelled'] as const;
+/** A dedupe hit whose holder finishes between the insert and the lookup retries the insert. */
+const MAX_DEDUPE_ROUNDS = 10;
+/** Most jobs one claim may take. */
+export const MAX_CLAIM_LIMIT = 10_000;
+const PRUNE_BATCH = 5_000;
+
+/**
+ * A Skiplock queue on one PostgreSQL schema: enqueue, claim, and every transition of a job's
+ * life, each one statement that keeps the invariants of SPEC §1.
+ *
+ * @example
+ * const queue = new Queue({ connectionString: process.env.DATABASE_URL });
+ * await queue.migrate();
+ * const { id } = await queue.enqueue('email.send', { to: 'a@example.com' }, { dedupeKey: 'welcome:42' });
+ * const [job] = await queue.claim('worker-1', { tasks: ['email.send'] });
+ * if (job) await queue.complete(job, { sent: true });
+ */
+export class Queue {
+  /** The schema holding this queue's tables. */
+  readonly schema: string;
+  private readonly store: JobStore;
+  private readonly pool: PoolExecutor & { end(): Promise<void> };
+  private readonly readPool: (PoolExecutor & { end(): Promise<void> }) | null;
+  private readonly ownsPool: boolean;
+  private readonly backoff: Required<BackoffOptions>;
+  private readonly leaseMs: number;
+  private readonly stuckAfterMs: number;
+  private readonly logger: Logger | undefined;
+  private closed = false;
+
+  constructor(options: QueueOptions = {}) {
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, QUEUE_OPTION_KEYS, 'options');
+    this.schema = requireSchemaName(opts.schema ?? 'skiplock');
+    this.store = new JobStore(this.schema);
+    this.logger = opts.logger;
+    const backoff = optionsObject(opts.backoff, 'backoff');
+    this.backoff = {
+      baseMs:
+        backoff.baseMs === undefined ? DEFAULT_BACKOFF_BASE_MS : requireMs(backoff.baseMs, 'backoff.baseMs'),
+      capMs: backoff.capMs === undefined ? DEFAULT_BACKOFF_CAP_MS : requireMs(backoff.capMs, 'backoff.capMs'),
+      jitter: backoff.jitter ?? 'none',
+    };
+    computeBackoff(1, this.backoff.baseMs, this.backoff.capMs, this.backoff.jitter); // validates jitter
+    this.leaseMs = opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 1);
+    this.stuckAfterMs =
+      opts.stuckAfterMs === undefined ? 600_000 : requireInt(opts.stuckAfterMs, 'stuckAfterMs', 1);
+
+    if (opts.pool !== undefined) {
+      if (!isExecutor(opts.pool) || typeof (opts.pool as { connect?: unknown }).connect !== 'function') {
+        throw new ValidationError('pool', 'must be a pg.Pool (an object with query() and connect())');
+      }
+      this.pool = opts.pool as unknown as PoolExecutor & { end(): Promise<void> };
+      this.ownsPool = false;
+    } else {
+      const connectionString = opts.connectionString ?? process.env.DATABASE_URL;
+      if (!connectionString) {
+        throw new ValidationError(
+          'connectionString',
+          'give connectionString or pool (or set DATABASE_URL), e.g. postgres://user@localhost:5432/db',
+        );
+      }
+      this.pool = this.createPool(requireName(connectionString, 'connectionString'), opts.poolSize);
+      this.ownsPool = true;
+    }
+    this.readPool = opts.readConnectionString
+      ? this.createPool(requireName(opts.readConnectionString, 'readConnectionString'), opts.poolSize)
+      : null;
+    if (!this.ownsPool) this.watchPool(opts.pool as pg.Pool);
+  }
+
+  /** Creates or upgrades this queue's schema (safe from many processes at once; SPEC §2). */
+  async migrate(): Promise<MigrateResult> {
+    this.assertOpen();
+    return migrate(this.pool, this.schema);
+  }
+
+  /**
+   * Adds one job. Returns `{ id, created: true }`, or on a dedupe hit `{ id, created: false }`
+   * with the id of the active job that holds the key (SPEC §1.7). With `client`, the job joins
+   * the caller's open transaction and exists only if it commits (SPEC §1.6).
+   */
+  async enqueue(
+    task: string,
+    payload?: unknown,
+    options?: EnqueueOptions & EnqueueCallOptions,
+  ): Promise<EnqueueResult> {
+    this.assertOpen();
+    const { client, ...jobOptions } = enqueueOptions(options);
+    const job = toNewJob(task, payload, jobOptions);
+    const db = this.writer(client);
+    for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
+      const id = await this.store.insertOne(db, job);
+      if (id !== null) return { id, created: true };
+      // A dedupe hit: look the holder up in a new statement, whose snapshot sees it (§1.7).
+      const holders = await this.store.activeIdsByKey(db, [job.dedupeKey as string]);
+      const holder = holders.get(job.dedupeKey as string);
+      if (holder !== undefined) return { id: holder, created: false };
+    }
+    throw dedupeRace(job.dedupeKey);
+  }
+
+  /**
+   * Adds many jobs in one INSERT and one NOTIFY. Results are in input order. One invalid spec
+   * rejects the whole batch with nothing written. A dedupe key repeated in the batch yields
+   * `created: false` with the first entry's id.
+   */
+  async enqueueMany(specs: readonly JobSpec[], options?: EnqueueCallOptions): Promise<EnqueueResult[]> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['client'], 'options');
+    const jobs = toNewJobs(specs);
+    if (jobs.length === 0) return [];
+    const db = this.writer(opts.client);
+    const results: (EnqueueResult | undefined)[] = new Array(jobs.length);
+    let todo = jobs.map((job, index) => ({ job, index }));
+    for (let round = 0; round < MAX_DEDUPE_ROUNDS && todo.length > 0; round++) {
+      const inserted = await this.store.insertMany(
+        db,
+        todo.map((t) => t.job),
+      );
+      const hits = todo.filter((_, i) => !inserted[i]?.created);
+      todo.forEach((t, i) => {
+        const row = inserted[i];
+        if (row?.created) results[t.index] = { id: row.id, created: true };
+      });
+      if (hits.length === 0) break;
+      const holders = await this.store.activeIdsByKey(
+        db,
+        hits.map((h) => h.job.dedupeKey as string),
+      );
+      todo = hits.filter((h) => {
+        const holder = holders.get(h.job.dedupeKey as string);
+        if (holder !== undefined) results[h.index] = { id: holder, created: false };
+        return holder === undefined; // the holder finished meanwhile: insert again
+      });
+    }
+    if (todo.length > 0) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
+    return results as EnqueueResult[];
+  }
+
+  /**
+   * Claims up to `limit` due jobs for `workerId` in one statement (SPEC §1.1), in claim order
+   * (priority, run_after, id). Each returned job carries its lease.
+   */
+  async claim(workerId: string, options?: ClaimOptions): Promise<ClaimedJob[]> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, CLAIM_KEYS, 'options');
+    const jobs = await this.store.claim(
+      this.pool,
+      requireName(workerId, 'workerId'),
+      opts.limit === undefined ? 1 : requireInt(opts.limit, 'limit', 1, MAX_CLAIM_LIMIT),
+      opts.leaseMs === undefined ? this.leaseMs : requireInt(opts.leaseMs, 'leaseMs', 1),
+      optionalNameList(opts.tasks, 'tasks'),
+      optionalNameList(opts.queues, 'queues'),
+    );
+    return jobs.sort(compareClaimOrder);
+  }
+
+  /** running → done with `result`. `false` when the lease no longer owns the job (SPEC §1.3). */
+  async complete(
+    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
+    result?: unknown,
+  ): Promise<boolean> {
+    this.assertOpen();
+    return this.store.complete(this.pool, requireLease(lease), toJsonText(result, 'result'));
+  }
+
+  /**
+   * Records a failed attempt: back to `pending` after the backoff (or `retryInMs`), or `dead`
+   * when attempts are spent. `null` when the lease no longer owns the job (SPEC §1.3).
+   */
+  async fail(
+    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
+    error: unknown,
+    options?: { retryInMs?: number },
+  ): Promise<'pending' | 'dead' | null> {
+    this.assertOpen();
+    const owner = requireLease(lease);
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['retryInMs'], 'options');
+    const retryInMs =
+      opts.retryInMs === undefined
+        ? computeBackoff(owner.attempt, this.backoff.baseMs, this.backoff.capMs, this.backoff.jitter)
+        : requireMs(opts.retryInMs, 'retryInMs');
+    return this.store.fail(this.pool, owner, errorText(error), retryInMs);
+  }
+
+  /** Extends the lease to now + `leaseMs` (database time). `false` when no longer the owner. */
+  async renewLease(
+    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
+    leaseMs?: number,
+  ): Promise<boolean> {
+    this.assertOpen();
+    const ms = leaseMs === undefined ? this.leaseMs : requireInt(leaseMs, 'leaseMs', 1);
+    return this.store.renewLease(this.pool, requireLease(lease), ms);
+  }
+
+  /** running → pending without spending the attempt (for shutdown). `false` when not the owner. */
+  async release(lease: ClaimedJob | { id: string; workerId: string; attempt: number }): Promise<boolean> {
+    this.assertOpen();
+    return this.store.release(this.pool, requireLease(lease));
+  }
+
+  /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. Safe to run anywhere. */
+  async reap(): Promise<string[]> {
+    this.assertOpen();
+    return this.store.reap(this.pool);
+  }
+
+  /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */
+  async get(id: string): Promise<Job | null> {
+    this.assertOpen();
+    return this.store.get(this.reader(), requireJobId(id));
+  }
+
+  /** The active (pending or running) job holding `dedupeKey`, or `null`. */
+  async findActive(dedupeKey: string): Promise<Job | null> {
+    this.assertOpen();
+    return this.store.findActive(this.pool, requireName(dedupeKey, 'dedupeKey'));
+  }
+
+  /** Jobs newest first, filtered; page with `after: lastJob.id`. */
+  async list(options?: ListOptions): Promise<Job[]> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, LIST_KEYS, 'options');
+    return this.store.list(
+      this.reader(),
+      {
+        status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+        task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+        queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+        after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+      },
+      opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000),
+    );
+  }
+
+  /**
+   * Jobs by status. Cheap on any table size (SPEC §7): finished statuses beyond 10,000 rows are
+   * estimated from statistics (see `ops().estimated`).
+   */
+  async counts(): Promise<Record<JobStatus, number>> {
+    this.assertOpen();
+    return (await this.store.counts(this.reader())).counts;
+  }
+
+  /** The operational snapshot of SPEC §3: counts, lag, dead and stuck jobs. */
+  async ops(): Promise<OpsSnapshot> {
+    this.assertOpen();
+    const db = this.reader();
+    const [{ counts, estimated }, extras] = await Promise.all([
+      this.store.counts(db),
+      this.store.opsExtras(db, this.stuckAfterMs),
+    ]);
+    return { ...counts, ...extras, estimated };
+  }
+
+  /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
+  async requeue(id: string): Promise<boolean> {
+    this.assertOpen();
+    return this.store.requeue(this.pool, requireJobId(id));
+  }
+
+  /**
+   * Cancels a job: pending → cancelled at once; running → cancellation requested, and its worker
+   * aborts it. `false` when the job is already finished or unknown.
+   */
+  async cancel(id: string): Promise<boolean> {
+    this.assertOpen();
+    return this.store.cancel(this.pool, requireJobId(id));
+  }
+
+  /**
+   * Deletes finished jobs last updated more than `olderThanMs` ago, in batches of 5,000 (short
+   * transactions). Returns how many were deleted. `onProgress` hears the running total.
+   */
+  async prune(options: PruneOptions, onProgress?: (deleted: number) => void): Promise<number> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, PRUNE_KEYS, 'options');
+    if (opts.olderThanMs === undefined) throw new ValidationError('olderThanMs', 'is required');
+    const olderThanMs = requireMs(opts.olderThanMs, 'olderThanMs');
+    const statuses =
+      opts.statuses === undefined ? [...FINISHED] : (optionalNameList(opts.statuses, 'statuses') ?? []);
+    statuses.forEach((status, i) => {
+      if (!(FINISHED as readonly string[]).includes(status)) {
+        throw new ValidationError(
+          `statuses[${i}]`,
+          `must be a finished status (done, dead, cancelled), got "${status}"`,
+        );
+      }
+    });
+    let total = 0;
+    let after = '0';
+    for (;;) {
+      const { deleted, lastId } = await this.store.pruneBatch(
+        this.pool,
+        statuses,
+        olderThanMs,
+        after,
+        PRUNE_BATCH,
+      );
+      total += deleted;
+      if (deleted > 0) onProgress?.(total);
+      if (lastId === null) return total;
+      after = lastId;
+    }
+  }
+
+  /** Ends the pools Skiplock created. A pool passed in by you is left open. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([this.ownsPool ? this.pool.end() : undefined, this.readPool?.end()]);
+  }
+
+  private createPool(connectionString: string, poolSize: number | undefined) {
+    const pool = new pg.Pool({
+      connectionString,
+      max: poolSize === undefined ? 10 : requireInt(poolSize, 'poolSize', 1, 1000),
+      application_name: 'skiplock',
+    });
+    this.watchPool(pool);
+    return pool;
+  }
+
+  /** A pooled connection killed while idle emits 'error' on the pool; unheard, it would crash the process. */
+  private watchPool(pool: pg.Pool): void {
+    pool.on('error', (error: Error) => {
+      this.logger?.warn?.(
+        { err: error, schema: this.schema },
+        'skiplock: an idle database connection failed; the pool replaces it',
+      );
+    });
+  }
+
+  private writer(client: unknown): Executor {
+    if (client === undefined) return this.pool;
+    if (!isExecutor(client)) {
+      throw new ValidationError('client', 'must be a pg Client or PoolClient inside your open transaction');
+    }
+    return client;
+  }
+
+  private reader(): Executor {
+    return this.readPool ?? this.pool;
+  }
+
+  private assertOpen(): void {
+    if (this.closed) throw new QueueClosedError();
+  }
+}
+
+function dedupeRace(dedupeKey: string | null): DatabaseError {
+  return new DatabaseError(
+    `Enqueue with dedupeKey ${JSON.stringify(dedupeKey)} kept conflicting with jobs that finished before they could be read; retry the call`,
+    { sqlState: undefined },
+  );
+}

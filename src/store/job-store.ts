@@ -1,0 +1,237 @@
+import { type JobRow, toClaimedJob, toJob } from '../core/job-row.js';
+import type { NewJob } from '../core/job-spec.js';
+import { toDatabaseError } from '../db/database-error.js';
+import type { Executor } from '../db/executor.js';
+import { notifyChannel, quoteIdent } from '../db/identifier.js';
+import { DatabaseError, DedupeConflictError } from '../errors.js';
+import type { ClaimedJob, Job, JobStatus, Lease } from '../types.js';
+import { buildStatements, type Statements } from './statements.js';
+
+/** Rows counted exactly before `counts()` switches a finished status to an estimate (§7). */
+export const EXACT_COUNT_LIMIT = 10_000;
+
+/** Counts by status, with the statuses whose figure is an estimate. */
+export interface StatusCounts {
+  counts: Record<JobStatus, number>;
+  estimated: JobStatus[];
+}
+
+/**
+ * The only layer that talks SQL to the jobs table: one method per statement of
+ * {@link buildStatements}, each taking the executor to run on (a pool, or the caller's
+ * transaction client), mapping rows, and turning driver errors into Skiplock errors.
+ */
+export class JobStore {
+  readonly schema: string;
+  readonly channel: string;
+  private readonly sql: Statements;
+
+  constructor(schema: string) {
+    this.schema = schema;
+    this.channel = notifyChannel(schema);
+    this.sql = buildStatements(quoteIdent(schema));
+  }
+
+  /** Inserts one job; `null` on a dedupe hit (the caller then looks the holder up). */
+  async insertOne(db: Executor, job: NewJob): Promise<string | null> {
+    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [
+      job.queue,
+      job.task,
+      job.payloadJson,
+      job.priority,
+      job.dedupeKey,
+      job.maxAttempts,
+      job.runAt?.toISOString() ?? null,
+      job.delayMs,
+      job.timeoutMs,
+      this.channel,
+    ]);
+    return rows[0]?.id ?? null;
+  }
+
+  /** Inserts a batch in one statement; per input row, its id and whether it was inserted. */
+  async insertMany(db: Executor, jobs: readonly NewJob[]): Promise<{ id: string; created: boolean }[]> {
+    const column = <T>(pick: (job: NewJob) => T) => jobs.map(pick);
+    const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertMany, [
+      column((j) => j.queue),
+      column((j) => j.task),
+      column((j) => j.payloadJson),
+      column((j) => j.priority),
+      column((j) => j.dedupeKey),
+      column((j) => j.maxAttempts),
+      column((j) => j.runAt?.toISOString() ?? null),
+      column((j) => j.delayMs),
+      column((j) => j.timeoutMs),
+      this.channel,
+    ]);
+    return rows.map((row) => ({ id: String(row.id), created: row.created }));
+  }
+
+  /** The ids of the active jobs holding these dedupe keys, by key. */
+  async activeIdsByKey(db: Executor, keys: readonly string[]): Promise<Map<string, string>> {
+    const rows = await this.run<{ id: string; dedupe_key: string }>(db, this.sql.activeIdsByKey, [keys]);
+    return new Map(rows.map((row) => [row.dedupe_key, String(row.id)]));
+  }
+
+  async claim(
+    db: Executor,
+    workerId: string,
+    limit: number,
+    leaseMs: number,
+    tasks: string[] | null,
+    queues: string[] | null,
+  ): Promise<ClaimedJob[]> {
+    const rows = await this.run<JobRow>(db, this.sql.claim, [workerId, limit, tasks, queues, leaseMs]);
+    return rows.map(toClaimedJob);
+  }
+
+  async complete(db: Executor, lease: Lease, resultJson: string): Promise<boolean> {
+    const rows = await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson]);
+    return rows.length === 1;
+  }
+
+  async fail(
+    db: Executor,
+    lease: Lease,
+    errorText: string,
+    retryInMs: number,
+  ): Promise<'pending' | 'dead' | null> {
+    const rows = await this.run<{ status: 'pending' | 'dead' }>(db, this.sql.fail, [
+      ...leaseValues(lease),
+      errorText,
+      retryInMs,
+    ]);
+    return rows[0]?.status ?? null;
+  }
+
+  async renewLease(db: Executor, lease: Lease, leaseMs: number): Promise<boolean> {
+    const rows = await this.run(db, this.sql.renewLease, [...leaseValues(lease), leaseMs]);
+    return rows.length === 1;
+  }
+
+  async release(db: Executor, lease: Lease): Promise<boolean> {
+    const rows = await this.run(db, this.sql.release, leaseValues(lease));
+    return rows.length === 1;
+  }
+
+  async reap(db: Executor): Promise<string[]> {
+    const rows = await this.run<{ id: string }>(db, this.sql.reap, []);
+    return rows.map((row) => String(row.id));
+  }
+
+  /** dead → pending; a {@link DedupeConflictError} when another active job holds its key. */
+  async requeue(db: Executor, id: string): Promise<boolean> {
+    try {
+      const rows = await this.run(db, this.sql.requeue, [id, this.channel]);
+      return rows.length === 1;
+    } catch (error) {
+      if (error instanceof DatabaseError && error.sqlState === '23505') {
+        throw new DedupeConflictError(
+          `Job ${id} cannot be requeued: another active job holds its dedupe key. Cancel or finish that job first`,
+          null,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
+  async cancel(db: Executor, id: string): Promise<boolean> {
+    const rows = await this.run(db, this.sql.cancel, [id, this.channel]);
+    return rows.length === 1;
+  }
+
+  /** Deletes up to `batchSize` finished jobs after id `afterId`; returns the count and the cursor. */
+  async pruneBatch(
+    db: Executor,
+    statuses: readonly string[],
+    olderThanMs: number,
+    afterId: string,
+    batchSize: number,
+  ): Promise<{ deleted: number; lastId: string | null }> {
+    const rows = await this.run<{ deleted: number; last_id: string | null }>(db, this.sql.pruneBatch, [
+      statuses,
+      olderThanMs,
+      afterId,
+      batchSize,
+    ]);
+    return { deleted: Number(rows[0]?.deleted ?? 0), lastId: rows[0]?.last_id ?? null };
+  }
+
+  async get(db: Executor, id: string): Promise<Job | null> {
+    const rows = await this.run<JobRow>(db, this.sql.get, [id]);
+    return rows[0] ? toJob(rows[0]) : null;
+  }
+
+  async findActive(db: Executor, dedupeKey: string): Promise<Job | null> {
+    const rows = await this.run<JobRow>(db, this.sql.findActive, [dedupeKey]);
+    return rows[0] ? toJob(rows[0]) : null;
+  }
+
+  async list(
+    db: Executor,
+    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    limit: number,
+  ): Promise<Job[]> {
+    const rows = await this.run<JobRow>(db, this.sql.list, [
+      filter.status,
+      filter.task,
+      filter.queue,
+      filter.after,
+      limit,
+    ]);
+    return rows.map(toJob);
+  }
+
+  async counts(db: Executor): Promise<StatusCounts> {
+    const rows = await this.run<Record<string, number | boolean>>(db, this.sql.counts, [
+      EXACT_COUNT_LIMIT,
+      this.schema,
+    ]);
+    const row = rows[0] ?? {};
+    const counts = {
+      pending: Number(row.pending ?? 0),
+      running: Number(row.running ?? 0),
+      done: Math.round(Number(row.done ?? 0)),
+      dead: Math.round(Number(row.dead ?? 0)),
+      cancelled: Math.round(Number(row.cancelled ?? 0)),
+    };
+    const estimated: JobStatus[] = [];
+    if (row.done_estimated) estimated.push('done');
+    if (row.dead_estimated) estimated.push('dead');
+    if (row.cancelled_estimated) estimated.push('cancelled');
+    return { counts, estimated };
+  }
+
+  async opsExtras(
+    db: Executor,
+    stuckAfterMs: number,
+  ): Promise<{ dead1h: number; stuckRunning: number; oldestPendingSec: number; deadline1h: number }> {
+    const rows = await this.run<Record<string, number>>(db, this.sql.opsExtras, [stuckAfterMs]);
+    const row = rows[0] ?? {};
+    return {
+      dead1h: Number(row.dead1h ?? 0),
+      stuckRunning: Number(row.stuck_running ?? 0),
+      oldestPendingSec: Number(row.oldest_pending_sec ?? 0),
+      deadline1h: Number(row.deadline1h ?? 0),
+    };
+  }
+
+  /** Runs one statement, mapping driver errors to Skiplock errors that keep the SQLSTATE. */
+  private async run<R = Record<string, unknown>>(
+    db: Executor,
+    text: string,
+    values: unknown[],
+  ): Promise<R[]> {
+    try {
+      const result = await db.query(text, values);
+      return result.rows as R[];
+    } catch (error) {
+      throw toDatabaseError(error, this.schema);
+    }
+  }
+}
+
+function leaseValues(lease: Lease): [string, string, number] {
+  return [lease.id, lease.workerId, lease.attempt];
+}

@@ -1,0 +1,268 @@
+/**
+ * Every SQL statement on the jobs table. The quoted schema is spliced here, once per Queue;
+ * everything else is a parameter. Each statement names the SPEC §1 invariant it keeps.
+ */
+
+/** The columns of every job-returning statement, in the shape of `JobRow` (id as text). */
+export const JOB_COLUMNS =
+  'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
+  'run_after, lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, ' +
+  'created_at, updated_at';
+
+/** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
+const ACTIVE = `status IN ('pending', 'running')`;
+/** Conflict target of the partial unique dedupe index; must repeat its predicate to infer it. */
+const ON_DEDUPE_CONFLICT = `ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND ${ACTIVE} DO NOTHING`;
+/** §1.4 start time from the database clock: an absolute runAt, else now() + delay. */
+const RUN_AFTER = (runAt: string, delayMs: string) =>
+  `coalesce(${runAt}::timestamptz, now() + coalesce(${delayMs}::float8, 0) * interval '1 millisecond')`;
+/** §1.2/§1.3 compare-and-set guard of every owner transition: status, owner and attempt. */
+const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3`;
+
+/** The statements of one schema. */
+export type Statements = ReturnType<typeof buildStatements>;
+
+/** Builds the statements of the schema whose quoted identifier is `s`. */
+export function buildStatements(s: string) {
+  const jobs = `${s}.jobs`;
+  return {
+    /**
+     * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
+     * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit.
+     * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
+     * $8 delay_ms, $9 timeout_ms, $10 channel.
+     */
+    insertOne: `
+      WITH ins AS (
+        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9)
+        ${ON_DEDUPE_CONFLICT}
+        RETURNING id
+      )
+      SELECT id::text AS id, pg_notify($10, 'jobs') FROM ins`,
+
+    /**
+     * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
+     * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch.
+     */
+    insertMany: `
+      WITH input AS MATERIALIZED (
+        SELECT nextval('${s}.jobs_id_seq') AS id, t.*
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
+                    $7::timestamptz[], $8::float8[], $9::int[])
+             WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
+                                  run_at, delay_ms, timeout_ms, ord)
+      ), ins AS (
+        INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
+               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms
+        FROM input ORDER BY ord
+        ${ON_DEDUPE_CONFLICT}
+        RETURNING id
+      ), notified AS (
+        SELECT pg_notify($10, 'jobs') FROM (SELECT 1 FROM ins LIMIT 1) AS any_inserted
+      )
+      SELECT input.id::text AS id, (ins.id IS NOT NULL) AS created,
+             (SELECT count(*) FROM notified) AS notified
+      FROM input LEFT JOIN ins ON ins.id = input.id
+      ORDER BY input.ord`,
+
+    /** §1.7 the active holders of some dedupe keys (after an insert met a conflict). */
+    activeIdsByKey: `
+      SELECT id::text AS id, dedupe_key FROM ${jobs}
+      WHERE dedupe_key = ANY($1::text[]) AND ${ACTIVE}`,
+
+    /**
+     * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED and claim in the same UPDATE;
+     * §1.2 the outer WHERE re-checks the status; §1.4 lease and run_after in database time.
+     * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
+     */
+    claim: `
+      WITH picked AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status = 'pending' AND run_after <= now()
+          AND ($3::text[] IS NULL OR task = ANY($3::text[]))
+          AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
+        ORDER BY priority, run_after, id
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${jobs} SET
+        status = 'running', worker_id = $1, attempts = attempts + 1,
+        lease_until = now() + $5::float8 * interval '1 millisecond',
+        run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
+      WHERE id IN (SELECT id FROM picked) AND status = 'pending'
+      RETURNING ${JOB_COLUMNS}`,
+
+    /** §1.2/§1.3 running → done, only for the lease's owner and attempt. $4 result. */
+    complete: `
+      UPDATE ${jobs} SET status = 'done', result = $4::jsonb, lease_until = NULL, updated_at = now()
+      WHERE ${LEASE_GUARD}
+      RETURNING id`,
+
+    /**
+     * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are
+     * spent (§1.8, keeping last_error). $4 error text.
+     */
+    fail: `
+      UPDATE ${jobs} SET
+        status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+        run_after = CASE WHEN attempts >= max_attempts THEN run_after
+                         ELSE now() + $5::float8 * interval '1 millisecond' END,
+        last_error = $4, lease_until = NULL, updated_at = now()
+      WHERE ${LEASE_GUARD}
+      RETURNING status`,
+
+    /**
+     * §1.3 heartbeat for the lease's owner only; §1.4 database time. Touches only lease_until
+     * (no indexed column), so it can be a HOT update.
+     */
+    renewLease: `
+      UPDATE ${jobs} SET lease_until = now() + $4::float8 * interval '1 millisecond'
+      WHERE ${LEASE_GUARD}
+      RETURNING id`,
+
+    /**
+     * §1.3 running → pending without spending the attempt (shutdown). A job whose cancellation
+     * was requested ends cancelled instead of running again.
+     */
+    release: `
+      UPDATE ${jobs} SET
+        status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+        attempts = attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
+        updated_at = now()
+      WHERE ${LEASE_GUARD}
+      RETURNING id`,
+
+    /**
+     * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
+     * reclaimed; SKIP LOCKED so concurrent reapers never block each other or an owner that is
+     * finishing; the outer WHERE re-checks (§1.2). A crash spends the attempt (poison jobs die).
+     */
+    reap: `
+      WITH expired AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status = 'running' AND lease_until < now()
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${jobs} SET
+        status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                      WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+        run_after = now(),
+        last_error = format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
+                            worker_id, attempts, max_attempts, lease_until),
+        lease_until = NULL, worker_id = NULL, updated_at = now()
+      WHERE id IN (SELECT id FROM expired) AND status = 'running' AND lease_until < now()
+      RETURNING id::text AS id`,
+
+    /** §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. */
+    requeue: `
+      WITH requeued AS (
+        UPDATE ${jobs} SET
+          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
+        WHERE id = $1 AND status = 'dead'
+        RETURNING id
+      )
+      SELECT id::text AS id, pg_notify($2, 'jobs') FROM requeued`,
+
+    /**
+     * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
+     * that the owning worker acts on). Finished jobs are left alone.
+     */
+    cancel: `
+      WITH cancelled AS (
+        UPDATE ${jobs} SET
+          status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
+          cancel_requested_at = CASE WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
+                                     ELSE cancel_requested_at END,
+          updated_at = now()
+        WHERE id = $1 AND ${ACTIVE}
+        RETURNING id, status
+      )
+      SELECT id::text AS id, status,
+             CASE WHEN status = 'running' THEN pg_notify($2, 'cancel:' || id) END AS notified
+      FROM cancelled`,
+
+    /**
+     * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after
+     * id $3: many short transactions instead of one long one.
+     */
+    pruneBatch: `
+      WITH victims AS (
+        SELECT id FROM ${jobs}
+        WHERE id > $3::bigint AND status = ANY($1::text[])
+          AND updated_at < now() - $2::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $4
+      ), deleted AS (
+        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) AND status = ANY($1::text[])
+        RETURNING id
+      )
+      SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,
+
+    /** One job by id. */
+    get: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`,
+
+    /** §1.7 the active job holding a dedupe key (through the unique partial index). */
+    findActive: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE dedupe_key = $1 AND ${ACTIVE}`,
+
+    /** Newest first, keyset-paged on id; every filter optional. */
+    list: `
+      SELECT ${JOB_COLUMNS} FROM ${jobs}
+      WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR task = $2)
+        AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR id < $4::bigint)
+      ORDER BY id DESC
+      LIMIT $5`,
+
+    /**
+     * §7 counts without a full-table count: pending and running exactly through their partial
+     * indexes; dead and cancelled through theirs up to $1 rows, then the index's own estimate;
+     * done exactly while the table is small, else the table's live-row estimate minus the rest.
+     * $1 exact limit, $2 schema name.
+     */
+    counts: `
+      WITH rel AS (
+        SELECT c.oid, c.relname, greatest(c.reltuples, 0)::float8 AS reltuples
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $2 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
+      ), est AS (
+        SELECT
+          (SELECT greatest(coalesce(pg_stat_get_live_tuples(oid), 0)::float8, reltuples)
+             FROM rel WHERE relname = 'jobs') AS table_rows,
+          (SELECT reltuples FROM rel WHERE relname = 'jobs_dead_idx') AS dead_rows,
+          (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
+      ), exact AS (
+        SELECT
+          (SELECT count(*) FROM ${jobs} WHERE status = 'pending') AS pending,
+          (SELECT count(*) FROM ${jobs} WHERE status = 'running') AS running,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT $1) d) AS dead,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT $1) c) AS cancelled
+      )
+      SELECT exact.pending::float8 AS pending, exact.running::float8 AS running,
+             CASE WHEN exact.dead < $1 THEN exact.dead::float8
+                  ELSE greatest(exact.dead::float8, est.dead_rows) END AS dead,
+             CASE WHEN exact.cancelled < $1 THEN exact.cancelled::float8
+                  ELSE greatest(exact.cancelled::float8, est.cancelled_rows) END AS cancelled,
+             CASE WHEN est.table_rows <= $1 THEN (SELECT count(*) FROM ${jobs} WHERE status = 'done')::float8
+                  ELSE greatest(0, est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
+             END AS done,
+             (exact.dead >= $1) AS dead_estimated, (exact.cancelled >= $1) AS cancelled_estimated,
+             (est.table_rows > $1) AS done_estimated
+      FROM exact, est`,
+
+    /**
+     * §7 the rest of ops(), each through a partial index: dead and deadline failures of the
+     * last hour, stuck running jobs ($1: stuck threshold in ms), age of the oldest due job.
+     */
+    opsExtras: `
+      SELECT
+        (SELECT count(*) FROM ${jobs} WHERE status = 'dead' AND updated_at > now() - interval '1 hour')::float8 AS dead1h,
+        (SELECT count(*) FROM ${jobs} WHERE status = 'running'
+           AND (lease_until < now() OR run_started_at < now() - $1::float8 * interval '1 millisecond'))::float8 AS stuck_running,
+        coalesce(floor(extract(epoch FROM now() - (SELECT min(run_after) FROM ${jobs}
+           WHERE status = 'pending' AND run_after <= now()))), 0)::float8 AS oldest_pending_sec,
+        (SELECT count(*) FROM ${jobs} WHERE last_error LIKE 'JobDeadlineExceeded%'
+           AND updated_at > now() - interval '1 hour')::float8 AS deadline1h`,
+  };
+}

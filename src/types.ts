@@ -1,0 +1,170 @@
+/** Public types of Skiplock's API (SPEC §2–3). */
+
+/** Where a job is in its life. `pending` and `running` are active; the others are finished. */
+export type JobStatus = 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
+
+/** Every status, in lifecycle order. */
+export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'running', 'done', 'dead', 'cancelled'];
+
+/** A JSON value as stored in `payload` and `result`. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
+
+/** A job as the API shows it. Timestamps come from the database clock. */
+export interface Job<P = unknown> {
+  /** Decimal string of a positive 64-bit integer. */
+  id: string;
+  queue: string;
+  task: string;
+  status: JobStatus;
+  /** Lower runs first. */
+  priority: number;
+  payload: P;
+  result: unknown;
+  dedupeKey: string | null;
+  /** Claims so far (a claim spends an attempt; `release` gives it back). */
+  attempts: number;
+  maxAttempts: number;
+  runAfter: Date;
+  leaseUntil: Date | null;
+  workerId: string | null;
+  runStartedAt: Date | null;
+  timeoutMs: number | null;
+  lastError: string | null;
+  /** Set when cancellation of a running job was requested; the worker aborts it. */
+  cancelRequestedAt: Date | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/**
+ * Proof of ownership of one claim of one job (SPEC §1.3). complete, fail, renewLease and release
+ * match all three fields, so a lease from an earlier claim of the same job changes nothing.
+ */
+export interface Lease {
+  id: string;
+  workerId: string;
+  /** The job's `attempts` right after this claim. */
+  attempt: number;
+}
+
+/** A job returned by `claim`: the job, plus the lease that owns it. */
+export type ClaimedJob<P = unknown> = Job<P> & Lease;
+
+/** Options of one job at enqueue time. */
+export interface EnqueueOptions {
+  /** Queue name (default `'default'`). Workers may restrict themselves to some queues. */
+  queue?: string;
+  /** Integer; lower runs first (default 100). */
+  priority?: number;
+  /** At most one active (pending or running) job holds a given key. */
+  dedupeKey?: string | null;
+  /** Claims allowed before the job goes `dead` (default 3, at least 1). */
+  maxAttempts?: number;
+  /** Earliest start, as an absolute time. Exclusive with `delayMs`. */
+  runAt?: Date;
+  /** Earliest start, in milliseconds after the database's `now()`. Exclusive with `runAt`. */
+  delayMs?: number;
+  /** Deadline of one attempt, in milliseconds (the worker aborts and fails it past this). */
+  timeoutMs?: number | null;
+}
+
+/** Anything with pg's `query(text, values)`: a `pg.Client`, `pg.PoolClient` or `pg.Pool`. */
+export interface Queryable {
+  query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/** Per-call options of `enqueue` and `enqueueMany`. */
+export interface EnqueueCallOptions {
+  /**
+   * A client inside the caller's open transaction: the job then exists if and only if that
+   * transaction commits (SPEC §1.6), and the wake-up notification is delivered at its commit.
+   */
+  client?: Queryable;
+}
+
+/** One entry of `enqueueMany`. */
+export interface JobSpec extends EnqueueOptions {
+  task: string;
+  payload?: unknown;
+}
+
+/** Result of one enqueue. `created: false` is a dedupe hit; `id` is then the active holder's. */
+export interface EnqueueResult {
+  id: string;
+  created: boolean;
+}
+
+/** Options of `claim`. */
+export interface ClaimOptions {
+  /** Most jobs to claim in this one statement (default 1, at most 1000). */
+  limit?: number;
+  /** Lease length in milliseconds (default 120 000). */
+  leaseMs?: number;
+  /** Only these queues. */
+  queues?: readonly string[];
+  /** Only these tasks. */
+  tasks?: readonly string[];
+}
+
+/** Options of `list`. Results are newest first; pass the last id you saw as `after`. */
+export interface ListOptions {
+  status?: JobStatus;
+  task?: string;
+  queue?: string;
+  /** 1–1000, default 50. */
+  limit?: number;
+  /** Keyset cursor: only jobs with an id lower than this one. */
+  after?: string;
+}
+
+/** Options of `prune`. */
+export interface PruneOptions {
+  /** Delete finished jobs last updated at least this long ago. */
+  olderThanMs: number;
+  /** Finished statuses to delete (default all three: done, dead, cancelled). */
+  statuses?: readonly ('done' | 'dead' | 'cancelled')[];
+}
+
+/**
+ * The operational snapshot (SPEC §3). Live states (pending, running) are exact; finished states
+ * are exact up to 10,000 rows each and estimated from table statistics above that, so the snapshot stays cheap on a table of millions of finished jobs (SPEC §7).
+ */
+export interface OpsSnapshot {
+  pending: number;
+  running: number;
+  done: number;
+  dead: number;
+  cancelled: number;
+  /** Jobs that went dead in the last hour. */
+  dead1h: number;
+  /** Running with an expired lease, or running longer than the stuck threshold (default 10 min). */
+  stuckRunning: number;
+  /** Age in seconds of the oldest pending job that is due (run_after passed); 0 when none. */
+  oldestPendingSec: number;
+  /** Jobs whose last error, in the last hour, was a `JobDeadlineExceeded`. */
+  deadline1h: number;
+  /** Statuses whose count above is an estimate. Empty when every count is exact. */
+  estimated: JobStatus[];
+}
+
+/** Backoff settings: delay before retry n is `min(capMs, baseMs·2^(n-1))`, then jittered. */
+export interface BackoffOptions {
+  baseMs?: number;
+  capMs?: number;
+  /** `none` (default): exact; `full`: uniform in [0, d]; `equal`: uniform in [d/2, d]. */
+  jitter?: BackoffJitter;
+}
+
+export type BackoffJitter = 'none' | 'full' | 'equal';
+
+/**
+ * A pino-compatible logger (pino, or anything with these methods taking `(object, message)`).
+ * Skiplock never prints: without a logger it stays silent and reports through return values,
+ * errors and events.
+ */
+export interface Logger {
+  debug?(fields: object, message?: string): void;
+  info?(fields: object, message?: string): void;
+  warn?(fields: object, message?: string): void;
+  error?(fields: object, message?: string): void;
+}
