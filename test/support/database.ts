@@ -6,6 +6,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { Queue, type QueueOptions } from '../../src/queue.js';
+import { jobsTable, TEST_SCHEMA } from './schema.js';
 import { databaseUrl } from './urls.js';
 
 export interface TestDatabase {
@@ -13,7 +14,9 @@ export interface TestDatabase {
   readonly url: string;
   /** A pool on this file's database, for assertions and setup statements. */
   readonly pool: pg.Pool;
-  /** A new Queue on this database (closed after the file). */
+  /** `<quoted test schema>.jobs`, for statements written by tests. */
+  readonly jobs: string;
+  /** A new Queue on this database, in the test schema unless told otherwise (closed after the file). */
   queue(options?: Omit<QueueOptions, 'connectionString'>): Queue;
   /** Runs a statement on this database and returns its rows. */
   sql<T = Record<string, unknown>>(text: string, values?: unknown[]): Promise<T[]>;
@@ -46,26 +49,28 @@ export function useTestDatabase(): TestDatabase {
 
   const db: TestDatabase = {
     url,
+    jobs: jobsTable(),
     get pool() {
       if (!pool) throw new Error('the test database is created in beforeAll');
       return pool;
     },
     queue(options = {}) {
-      const queue = new Queue({ ...options, connectionString: url });
+      const queue = new Queue({ schema: TEST_SCHEMA, ...options, connectionString: url });
       queues.push(queue);
       return queue;
     },
     async sql<T>(text: string, values?: unknown[]) {
       return (await db.pool.query(text, values)).rows as T[];
     },
-    async jobCount(schema = 'skiplock') {
-      const rows = await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM "${schema}".jobs`);
+    async jobCount(schema = TEST_SCHEMA) {
+      const rows = await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${jobsTable(schema)}`);
       return rows[0]?.n ?? 0;
     },
-    async expireLease(id, schema = 'skiplock') {
-      await db.sql(`UPDATE "${schema}".jobs SET lease_until = now() - interval '1 second' WHERE id = $1`, [
-        id,
-      ]);
+    async expireLease(id, schema = TEST_SCHEMA) {
+      await db.sql(
+        `UPDATE ${jobsTable(schema)} SET lease_until = now() - interval '1 second' WHERE id = $1`,
+        [id],
+      );
     },
   };
   return db;

@@ -6,6 +6,7 @@ import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 import { Queue } from '../../src/queue.js';
+import { TEST_SCHEMA } from './schema.js';
 import { databaseUrl } from './urls.js';
 
 declare module 'vitest' {
@@ -33,13 +34,13 @@ export default async function setup(project: TestProject): Promise<() => Promise
   } finally {
     await admin.end();
   }
-  const queue = new Queue({ connectionString: databaseUrl(adminUrl, templateDatabase) });
+  const queue = new Queue({ connectionString: databaseUrl(adminUrl, templateDatabase), schema: TEST_SCHEMA });
   await queue.migrate();
   await queue.close();
 
   const { version } = await serverVersion(adminUrl);
   process.stdout.write(
-    `skiplock tests: PostgreSQL ${version} (${server ? 'embedded' : 'DATABASE_URL'}), Node ${process.version}\n`,
+    `skiplock tests: PostgreSQL ${version} (${server ? 'embedded' : 'DATABASE_URL'}), Node ${process.version}, schema ${JSON.stringify(TEST_SCHEMA)}\n`,
   );
   project.provide('adminUrl', adminUrl);
   project.provide('templateDatabase', templateDatabase);
