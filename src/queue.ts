@@ -187,19 +187,22 @@ export class Queue {
     const jobs = toNewJobs(specs);
     if (jobs.length === 0) return [];
     const db = this.writer(opts.client);
-    const results: (EnqueueResult | undefined)[] = new Array(jobs.length);
+    const results: EnqueueResult[] = new Array(jobs.length);
     let todo = jobs.map((job, index) => ({ job, index }));
-    for (let round = 0; round < MAX_DEDUPE_ROUNDS && todo.length > 0; round++) {
+    for (let round = 0; todo.length > 0; round++) {
+      if (round === MAX_DEDUPE_ROUNDS) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
       const inserted = await this.store.insertMany(
         db,
         todo.map((t) => t.job),
       );
-      const hits = todo.filter((_, i) => !inserted[i]?.created);
+      const hits: typeof todo = [];
       todo.forEach((t, i) => {
         const row = inserted[i];
         if (row?.created) results[t.index] = { id: row.id, created: true };
+        else hits.push(t);
       });
       if (hits.length === 0) break;
+      // Dedupe hits: look the holders up in a new statement, whose snapshot sees them (§1.7).
       const holders = await this.store.activeIdsByKey(
         db,
         hits.map((h) => h.job.dedupeKey as string),
@@ -210,7 +213,6 @@ export class Queue {
         return holder === undefined; // the holder finished meanwhile: insert again
       });
     }
-    if (todo.length > 0) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
     return results as EnqueueResult[];
   }
 

@@ -30,3 +30,12 @@ export function notifyChannel(schema: string): string {
   if (Buffer.byteLength(channel) <= MAX_IDENTIFIER_BYTES) return channel;
   return `skiplock:${createHash('sha256').update(schema).digest('hex').slice(0, 40)}`;
 }
+
+/**
+ * Quotes a string literal the way PostgreSQL's quote_literal does (E'' form when it holds a
+ * backslash), for the rare places SQL needs a name as text, e.g. `nextval('schema.seq')`.
+ */
+export function quoteLiteral(text: string): string {
+  const escaped = text.replaceAll("'", "''");
+  return text.includes('\\') ? `E'${escaped.replaceAll('\\', '\\\\')}'` : `'${escaped}'`;
+}

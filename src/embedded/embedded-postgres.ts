@@ -101,6 +101,7 @@ export async function startEmbeddedPostgres(
 /** Runs initdb when the folder holds no cluster yet. */
 async function initDataDir(binaries: PostgresBinaries, dataDir: string, runAs: RunAs | null): Promise<void> {
   await fs.mkdir(dataDir, { recursive: true, mode: 0o700 });
+  if (runAs) await makeReachable(path.dirname(path.resolve(dataDir)));
   if (await fileExists(path.join(dataDir, 'PG_VERSION'))) return;
   if (runAs) await fs.chown(dataDir, runAs.uid, runAs.gid);
   await fs.chmod(dataDir, 0o700);
@@ -108,6 +109,19 @@ async function initDataDir(binaries: PostgresBinaries, dataDir: string, runAs: R
   const { code, output } = await run(binaries.initdb, args, runAs);
   if (code !== 0) {
     throw new EmbeddedPostgresError(`initdb failed (exit ${code}) in ${dataDir}:\n${output.slice(-2000)}`);
+  }
+}
+
+/**
+ * The unprivileged server must be able to reach its data folder: every folder above it needs
+ * the "search" (x) bit for others. A private parent (a `mktemp -d` checkout, say) gets that bit
+ * added — search only: others still cannot list it.
+ */
+async function makeReachable(dir: string): Promise<void> {
+  for (let current = dir; ; current = path.dirname(current)) {
+    const { mode } = await fs.stat(current);
+    if ((mode & 0o001) === 0) await fs.chmod(current, (mode & 0o7777) | 0o001);
+    if (path.dirname(current) === current) return;
   }
 }
 

@@ -1,3 +1,4 @@
+import { quoteLiteral } from '../db/identifier.js';
 import type { Migration } from './migration.js';
 
 /**
@@ -14,7 +15,7 @@ export const initial: Migration = {
 CREATE SEQUENCE ${s}.jobs_id_seq AS bigint;
 
 CREATE TABLE ${s}.jobs (
-  id                  bigint      PRIMARY KEY DEFAULT nextval('${s}.jobs_id_seq'),
+  id                  bigint      PRIMARY KEY DEFAULT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass),
   queue               text        NOT NULL DEFAULT 'default',
   task                text        NOT NULL CHECK (task <> ''),
   status              text        NOT NULL DEFAULT 'pending'

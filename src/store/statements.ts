@@ -3,6 +3,8 @@
  * everything else is a parameter. Each statement names the SPEC §1 invariant it keeps.
  */
 
+import { quoteLiteral } from '../db/identifier.js';
+
 /** The columns of every job-returning statement, in the shape of `JobRow` (id as text). */
 export const JOB_COLUMNS =
   'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
@@ -47,7 +49,7 @@ export function buildStatements(s: string) {
      */
     insertMany: `
       WITH input AS MATERIALIZED (
-        SELECT nextval('${s}.jobs_id_seq') AS id, t.*
+        SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
                     $7::timestamptz[], $8::float8[], $9::int[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
@@ -209,10 +211,10 @@ export function buildStatements(s: string) {
 
     /** Newest first, keyset-paged on id; every filter optional. */
     list: `
-      SELECT ${JOB_COLUMNS} FROM ${jobs}
+      SELECT ${JOB_COLUMNS} FROM ${jobs} AS j
       WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR task = $2)
-        AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR id < $4::bigint)
-      ORDER BY id DESC
+        AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR j.id < $4::bigint)
+      ORDER BY j.id DESC -- the table's bigint id, not the text alias of the select list
       LIMIT $5`,
 
     /**

@@ -1,0 +1,88 @@
+/**
+ * SPEC §2 — migrations: forward-only, in one transaction under an advisory lock, recorded in a
+ * migrations table; many processes may migrate at once; any schema name works, always quoted,
+ * and keeps its jobs apart.
+ *
+ * Deliberate break seen failing: removing the pg_advisory_xact_lock call in
+ * src/migrations/migrate.ts made "five processes migrating at once" fail (duplicate key /
+ * relation already exists in some children).
+ */
+import { describe, expect, test } from 'vitest';
+import { NotMigratedError } from '../../src/errors.js';
+import { LATEST_VERSION } from '../../src/migrations/migrate.js';
+import { useTestDatabase } from '../support/database.js';
+import { jobsTable } from '../support/schema.js';
+import { runFixture } from '../support/spawn.js';
+
+const db = useTestDatabase();
+
+describe('migrations', () => {
+  test('five processes migrating one new schema at once all succeed; it is applied once', async () => {
+    const schema = 'concurrent_migrate';
+    const results = await Promise.all(
+      Array.from({ length: 5 }, () =>
+        runFixture('test/queue/fixtures/migrate.ts', { DATABASE_URL: db.url, SCHEMA: schema }),
+      ),
+    );
+    for (const r of results) expect(r.code, r.stderr).toBe(0);
+    const outcomes = results.map((r) => JSON.parse(r.stdout) as { applied: number[]; version: number });
+    expect(outcomes.filter((o) => o.applied.length > 0)).toHaveLength(1);
+    expect(outcomes.every((o) => o.version === LATEST_VERSION)).toBe(true);
+    const rows = await db.sql<{ version: number }>(
+      `SELECT version FROM "${schema}".migrations ORDER BY version`,
+    );
+    expect(rows.map((r) => r.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
+  });
+
+  test('migrate is idempotent', async () => {
+    const queue = db.queue({ schema: 'idempotent' });
+    expect((await queue.migrate()).applied).toEqual([1]);
+    expect(await queue.migrate()).toEqual({ schema: 'idempotent', applied: [], version: LATEST_VERSION });
+  });
+
+  test('schemas that need quoting work and keep their jobs apart', async () => {
+    const names = [
+      'acc schema',
+      'tenant_a',
+      'Tenant_A',
+      'we"ird; DROP TABLE x; --',
+      "o'brien",
+      'back\\slash',
+    ];
+    const queues = names.map((schema) => db.queue({ schema }));
+    for (const queue of queues) await queue.migrate();
+    for (const [i, queue] of queues.entries()) {
+      await queue.enqueueMany(
+        Array.from({ length: i + 1 }, () => ({ task: 'apart', payload: { schema: names[i] } })),
+      );
+    }
+    for (const [i, queue] of queues.entries()) {
+      expect((await queue.counts()).pending).toBe(i + 1);
+      const claimed = await queue.claim('w', { limit: 100 });
+      expect(claimed).toHaveLength(i + 1);
+      expect(claimed.every((job) => (job.payload as { schema: string }).schema === names[i])).toBe(true);
+      expect((await queue.ops()).running).toBe(i + 1);
+    }
+    for (const schema of names) {
+      const [row] = await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${jobsTable(schema)}`);
+      expect(row?.n).toBe(names.indexOf(schema) + 1);
+    }
+  });
+
+  test('using a schema that was never migrated says what to do', async () => {
+    const queue = db.queue({ schema: 'never_migrated' });
+    const error = await queue.enqueue('x', {}).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(NotMigratedError);
+    expect((error as Error).message).toMatch(/queue\.migrate\(\)|skiplock migrate/);
+    await expect(queue.get('1')).rejects.toBeInstanceOf(NotMigratedError);
+  });
+
+  test('a database newer than the package is refused, not downgraded', async () => {
+    const queue = db.queue({ schema: 'from_the_future' });
+    await queue.migrate();
+    await db.sql(`INSERT INTO from_the_future.migrations (version, name) VALUES ($1, 'future')`, [
+      LATEST_VERSION + 1,
+    ]);
+    await expect(queue.migrate()).rejects.toMatchObject({ code: 'ERR_MIGRATION' });
+  });
+});
