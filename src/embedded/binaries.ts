@@ -59,7 +59,7 @@ async function readVersion(packageRoot: string): Promise<string> {
 }
 
 /** Recreates the library symlinks listed in `native/pg-symlinks.json` that are missing. */
-async function hydrateSymlinks(packageRoot: string): Promise<void> {
+export async function hydrateSymlinks(packageRoot: string): Promise<void> {
   let links: { source: string; target: string }[];
   try {
     links = JSON.parse(await fs.readFile(path.join(packageRoot, 'native', 'pg-symlinks.json'), 'utf8'));
