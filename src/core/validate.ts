@@ -24,8 +24,15 @@ export function requireName(value: unknown, field: string): string {
   if (value.includes('\u0000')) {
     throw new ValidationError(field, 'must not contain the NUL character (U+0000)');
   }
+  if (LONE_SURROGATE.test(value)) {
+    // UTF-8 cannot hold it: it would be stored as U+FFFD and no longer match itself.
+    throw new ValidationError(field, 'must be well-formed Unicode (it holds a lone surrogate)');
+  }
   return value;
 }
+
+/** A UTF-16 surrogate without its partner. */
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /** An integer in PostgreSQL's int4 range, within [min, max]. */
 export function requireInt(value: unknown, field: string, min = INT4_MIN, max = INT4_MAX): number {
@@ -53,6 +60,10 @@ export function requireDate(value: unknown, field: string): Date {
   if (!(value instanceof Date) || Number.isNaN(value.getTime())) {
     throw new ValidationError(field, `must be a valid Date, got ${describe(value)}`);
   }
+  const year = value.getUTCFullYear();
+  if (year < 1 || year > 9999) {
+    throw new ValidationError(field, `must be between the years 1 and 9999, got ${value.toISOString()}`);
+  }
   return value;
 }
 
@@ -75,6 +86,10 @@ export function toJsonText(value: unknown, field: string): string {
   // An escaped NUL: `\u0000` preceded by an even number of backslashes (odd ones escape it).
   if (/(?:^|[^\\])(?:\\\\)*\\u0000/.test(text)) {
     throw new ValidationError(field, 'must not contain the NUL character (U+0000) in any string');
+  }
+  // JSON.stringify escapes exactly the lone surrogates as \udXXX, which jsonb rejects.
+  if (/(?:^|[^\\])(?:\\\\)*\\ud[89a-f][0-9a-f]{2}/i.test(text)) {
+    throw new ValidationError(field, 'must be well-formed Unicode (a string holds a lone surrogate)');
   }
   return text;
 }
@@ -136,8 +151,9 @@ export function rejectUnknownKeys(value: object, allowed: readonly string[], fie
 /** An options object, or `undefined` → `{}`. */
 export function optionsObject<T extends object>(value: T | undefined, field: string): T {
   if (value === undefined || value === null) return {} as T;
-  if (typeof value !== 'object' || Array.isArray(value)) {
-    throw new ValidationError(field, `must be an object, got ${describe(value)}`);
+  const proto = typeof value === 'object' ? Object.getPrototypeOf(value) : undefined;
+  if (proto !== Object.prototype && proto !== null) {
+    throw new ValidationError(field, `must be a plain object, got ${describe(value)}`);
   }
   return value;
 }

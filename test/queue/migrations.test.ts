@@ -7,31 +7,71 @@
  * src/migrations/migrate.ts made "five processes migrating at once" fail (duplicate key /
  * relation already exists in some children).
  */
+import { spawn } from 'node:child_process';
 import { describe, expect, test } from 'vitest';
 import { NotMigratedError } from '../../src/errors.js';
 import { LATEST_VERSION } from '../../src/migrations/migrate.js';
 import { useTestDatabase } from '../support/database.js';
 import { jobsTable } from '../support/schema.js';
-import { runFixture } from '../support/spawn.js';
+import { REPO_ROOT } from '../support/spawn.js';
 
 const db = useTestDatabase();
 
 describe('migrations', () => {
   test('five processes migrating one new schema at once all succeed; it is applied once', async () => {
     const schema = 'concurrent_migrate';
-    const results = await Promise.all(
-      Array.from({ length: 5 }, () =>
-        runFixture('test/queue/fixtures/migrate.ts', { DATABASE_URL: db.url, SCHEMA: schema }),
+    const children = Array.from({ length: 5 }, () =>
+      spawn(process.execPath, ['--import', 'tsx', 'test/queue/fixtures/migrate.ts'], {
+        cwd: REPO_ROOT,
+        env: { ...process.env, DATABASE_URL: db.url, SCHEMA: schema },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      }),
+    );
+    const outputs = children.map((child) => {
+      const out = { stdout: '', stderr: '', code: null as number | null };
+      child.stdout.on('data', (chunk: Buffer) => {
+        out.stdout += chunk.toString();
+      });
+      child.stderr.on('data', (chunk: Buffer) => {
+        out.stderr += chunk.toString();
+      });
+      return out;
+    });
+    // Barrier: every child is connected before any of them migrates.
+    await expect
+      .poll(() => outputs.every((o) => o.stdout.includes('ready')), { timeout: 30_000, interval: 20 })
+      .toBe(true);
+    for (const child of children) child.stdin.write('go\n');
+    await Promise.all(
+      children.map(
+        (child, i) =>
+          new Promise<void>((resolve) =>
+            child.once('close', (code) => {
+              outputs[i]!.code = code;
+              resolve();
+            }),
+          ),
       ),
     );
-    for (const r of results) expect(r.code, r.stderr).toBe(0);
-    const outcomes = results.map((r) => JSON.parse(r.stdout) as { applied: number[]; version: number });
-    expect(outcomes.filter((o) => o.applied.length > 0)).toHaveLength(1);
-    expect(outcomes.every((o) => o.version === LATEST_VERSION)).toBe(true);
+    for (const o of outputs) expect(o.code, o.stderr).toBe(0);
+    const results = outputs.map(
+      (o) => JSON.parse(o.stdout.split('\n')[1]!) as { applied: number[]; version: number },
+    );
+    expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
+    expect(results.every((r) => r.version === LATEST_VERSION)).toBe(true);
     const rows = await db.sql<{ version: number }>(
       `SELECT version FROM "${schema}".migrations ORDER BY version`,
     );
     expect(rows.map((r) => r.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
+  });
+
+  test('ten queues in one process migrating one new schema at once all succeed', async () => {
+    const queues = Array.from({ length: 10 }, () =>
+      db.queue({ schema: 'concurrent_in_process', poolSize: 1 }),
+    );
+    await Promise.all(queues.map((q) => q.counts().catch(() => undefined)));
+    const results = await Promise.all(queues.map((q) => q.migrate()));
+    expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
   });
 
   test('migrate is idempotent', async () => {

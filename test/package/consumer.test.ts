@@ -1,0 +1,240 @@
+/**
+ * Consumer smoke test of the published package (SPEC §3: "ESM package `skiplock`, Node ≥ 20,
+ * strict TypeScript types shipped"; SPEC §4: the `skiplock` command from the package's `bin`).
+ *
+ * Builds and packs the repository exactly as `npm publish` would ship it, installs the tarball
+ * into an empty ESM project outside the repository (pulling `pg` from the registry), and runs a
+ * job through `import { Queue, computeBackoff } from 'skiplock'` against a fresh database. It
+ * also checks the tarball's contents, that the shipped declarations type-check a strict
+ * consumer, and that the installed `skiplock` bin starts.
+ *
+ * Deliberate breaks made in a private copy (/work/scratch-a), each watched failing here:
+ *  1. `exports["."].import` pointed at `./dist/main.js` (no such file): the consumer script died
+ *     with ERR_MODULE_NOT_FOUND (the stderr assertion failed).
+ *  2. `"dist"` removed from `files`: the tarball held only package.json and the bin
+ *     (dist/cli/main.js), so the contents check failed.
+ *  3. `Queue` no longer exported from src/index.ts: the consumer script died with
+ *     "does not provide an export named 'Queue'".
+ *  4. `Queue.enqueue`'s options typed `any`: the strict consumer's `@ts-expect-error` went
+ *     unused and the type check failed (TS2578), though the runtime part still passed.
+ *
+ * Needs the npm registry (for `pg`) and writes `dist/` in the repository: it runs `npm run build`
+ * in the repository root.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, expect, test } from 'vitest';
+import { useTestDatabase } from '../support/database.js';
+
+const db = useTestDatabase();
+const repoRoot = fileURLToPath(new URL('../..', import.meta.url));
+const SCHEMA = 'consumer_smoke';
+
+interface RunResult {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs a program and resolves with its exit code and output (never rejects on a non-zero exit). */
+function run(
+  file: string,
+  args: readonly string[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv },
+): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      file,
+      args,
+      { cwd: options.cwd, env: options.env ?? process.env, maxBuffer: 64 * 1024 * 1024, timeout: 150_000 },
+      (error, stdout, stderr) => {
+        if (error && typeof error.code !== 'number') {
+          reject(new Error(`${file} ${args.join(' ')} could not run: ${error.message}\n${stderr}`));
+          return;
+        }
+        resolve({ code: error ? Number(error.code) : 0, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** Like {@link run}, but a non-zero exit fails the test with the program's output. */
+async function mustRun(file: string, args: readonly string[], cwd: string): Promise<string> {
+  const result = await run(file, args, { cwd });
+  if (result.code !== 0) {
+    throw new Error(
+      `${file} ${args.join(' ')} exited ${result.code}\n--- stdout\n${result.stdout}\n--- stderr\n${result.stderr}`,
+    );
+  }
+  return result.stdout;
+}
+
+const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+const tempDirs: string[] = [];
+
+afterAll(async () => {
+  await Promise.all(tempDirs.map((dir) => rm(dir, { recursive: true, force: true })));
+});
+
+const CONSUMER_SCRIPT = `
+import { Queue, computeBackoff } from 'skiplock';
+
+const queue = new Queue({ connectionString: process.env.SKIPLOCK_SMOKE_URL, schema: ${JSON.stringify(SCHEMA)} });
+try {
+  const migrated = await queue.migrate();
+  const enqueued = await queue.enqueue('smoke.hello', { greeting: 'héllo 🚀' }, { priority: 5 });
+  const [job] = await queue.claim('consumer-worker', { tasks: ['smoke.hello'] });
+  const completed = await queue.complete(job, { ok: true });
+  const done = await queue.get(enqueued.id);
+  console.log(JSON.stringify({
+    resolved: import.meta.resolve('skiplock'),
+    migrated: { schema: migrated.schema, version: migrated.version },
+    enqueued,
+    claimed: { id: job.id, task: job.task, workerId: job.workerId, attempt: job.attempt, payload: job.payload },
+    completed,
+    done: { status: done.status, result: done.result, attempts: done.attempts },
+    backoff: [computeBackoff(1), computeBackoff(3), computeBackoff(50)],
+  }));
+} finally {
+  await queue.close();
+}
+`;
+
+/** A strict TypeScript consumer: compiles only if the shipped declarations are complete and right. */
+const CONSUMER_TS = `
+import { computeBackoff, Queue, ValidationError, type ClaimedJob, type Job, type JobStatus } from 'skiplock';
+
+const queue: Queue = new Queue({ connectionString: 'postgres://localhost/app', schema: 'x' });
+const delay: number = computeBackoff(2, 1000, 60_000, 'full');
+async function handle(job: ClaimedJob<{ to: string }>): Promise<boolean> {
+  const to: string = job.payload.to;
+  const status: JobStatus = job.status;
+  void to;
+  void status;
+  return queue.complete(job, { sent: true });
+}
+async function main(): Promise<void> {
+  const { id, created }: { id: string; created: boolean } = await queue.enqueue('email', { to: 'a' });
+  const job: Job | null = await queue.get(id);
+  const error = new ValidationError('priority', 'bad');
+  const field: string = error.field;
+  // @ts-expect-error priority is a number
+  await queue.enqueue('email', {}, { priority: 'high' });
+  void created;
+  void job;
+  void field;
+  void delay;
+  void handle;
+}
+void main;
+`;
+
+test('the packed tarball installs into an ESM project and runs a job end to end', {
+  timeout: 180_000,
+}, async () => {
+  const packDir = await mkdtemp(join(tmpdir(), 'skiplock-pack-'));
+  tempDirs.push(packDir);
+  const consumerDir = await mkdtemp(join(tmpdir(), 'skiplock-consumer-'));
+  tempDirs.push(consumerDir);
+
+  // Build and pack as a publish would (prepack would only rebuild what was just built).
+  await mustRun(npm, ['run', 'build'], repoRoot);
+  const packed = JSON.parse(
+    await mustRun(npm, ['pack', '--ignore-scripts', '--json', '--pack-destination', packDir], repoRoot),
+  ) as { filename: string; files: { path: string }[] }[];
+  const tarball = join(packDir, packed[0]!.filename);
+  expect(await readdir(packDir)).toEqual([packed[0]!.filename]);
+
+  // The tarball ships the build and the docs, never sources, tests or source maps.
+  const paths = packed[0]!.files.map((file) => file.path);
+  expect(paths).toEqual(expect.arrayContaining(['package.json', 'dist/index.js', 'dist/index.d.ts']));
+  expect(paths).toContain('dist/cli/main.js');
+  const stray = paths.filter(
+    (path) =>
+      !(path.startsWith('dist/') || ['package.json', 'README.md', 'CHANGELOG.md', 'LICENSE'].includes(path)),
+  );
+  expect(stray).toEqual([]);
+  expect(paths.filter((path) => path.endsWith('.map'))).toEqual([]);
+
+  // An empty ESM project outside the repository installs the tarball (pg comes from the registry).
+  await writeFile(
+    join(consumerDir, 'package.json'),
+    JSON.stringify({ name: 'skiplock-consumer-smoke', private: true, type: 'module' }),
+  );
+  await mustRun(
+    npm,
+    ['install', tarball, '--no-audit', '--no-fund', '--no-package-lock', '--loglevel=error'],
+    consumerDir,
+  );
+  const installed = join(consumerDir, 'node_modules', 'skiplock');
+  expect((await stat(join(installed, 'dist', 'index.d.ts'))).isFile()).toBe(true);
+  expect((await stat(join(consumerDir, 'node_modules', 'pg', 'package.json'))).isFile()).toBe(true);
+
+  // The library, through its package name, against a fresh database.
+  await writeFile(join(consumerDir, 'index.mjs'), CONSUMER_SCRIPT);
+  const result = await run(process.execPath, ['index.mjs'], {
+    cwd: consumerDir,
+    env: { ...process.env, SKIPLOCK_SMOKE_URL: db.url },
+  });
+  expect(result.stderr).toBe('');
+  expect(result.code).toBe(0);
+  const out = JSON.parse(result.stdout.trim()) as Record<string, unknown> & {
+    resolved: string;
+    enqueued: { id: string };
+  };
+  expect(fileURLToPath(out.resolved)).toBe(join(installed, 'dist', 'index.js'));
+  expect(out).toMatchObject({
+    migrated: { schema: SCHEMA },
+    enqueued: { created: true },
+    claimed: {
+      id: out.enqueued.id,
+      task: 'smoke.hello',
+      workerId: 'consumer-worker',
+      attempt: 1,
+      payload: { greeting: 'héllo 🚀' },
+    },
+    completed: true,
+    done: { status: 'done', result: { ok: true }, attempts: 1 },
+    backoff: [5_000, 20_000, 600_000],
+  });
+  // …and the database agrees, in the consumer's own schema.
+  expect(await db.sql(`SELECT id::text AS id, status, task FROM ${SCHEMA}.jobs`)).toEqual([
+    { id: out.enqueued.id, status: 'done', task: 'smoke.hello' },
+  ]);
+
+  // The shipped declarations type-check a strict consumer (compiled with the repo's tsc).
+  await writeFile(join(consumerDir, 'consumer.ts'), CONSUMER_TS);
+  await writeFile(
+    join(consumerDir, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        strict: true,
+        noEmit: true,
+        target: 'ES2022',
+        module: 'NodeNext',
+        moduleResolution: 'NodeNext',
+        types: [],
+        skipLibCheck: false,
+      },
+      files: ['consumer.ts'],
+    }),
+  );
+  const tsc = await run(
+    process.execPath,
+    [join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'],
+    { cwd: consumerDir },
+  );
+  expect(tsc.stdout + tsc.stderr).toBe('');
+  expect(tsc.code).toBe(0);
+
+  // The bin is installed, executable, and starts under this Node.
+  const bin = join(consumerDir, 'node_modules', '.bin', 'skiplock');
+  expect((await stat(bin)).mode & 0o111).not.toBe(0);
+  const help = await run(process.execPath, [bin, 'migrate', '--help'], { cwd: consumerDir });
+  expect(help.stderr).toBe('');
+  expect(help.code).toBe(0);
+  expect(help.stdout).toContain('migrate');
+});
