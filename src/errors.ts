@@ -13,6 +13,9 @@ export type SkiplockErrorCode =
   | 'ERR_DEDUPE_CONFLICT'
   | 'ERR_QUEUE_CLOSED'
   | 'ERR_JOB_DEADLINE_EXCEEDED'
+  | 'ERR_JOB_CANCELLED'
+  | 'ERR_LEASE_LOST'
+  | 'ERR_WORKER_STOPPING'
   | 'ERR_EMBEDDED_POSTGRES';
 
 /** Base class of every error Skiplock throws on purpose. */
@@ -120,12 +123,40 @@ export class QueueClosedError extends SkiplockError {
 export class JobDeadlineExceeded extends SkiplockError {
   readonly timeoutMs: number;
 
-  constructor(timeoutMs: number) {
+  constructor(timeoutMs: number, detail = '') {
     super(
       'ERR_JOB_DEADLINE_EXCEEDED',
-      `JobDeadlineExceeded: the job ran longer than its timeout of ${timeoutMs} ms`,
+      `JobDeadlineExceeded: the job ran longer than its timeout of ${timeoutMs} ms${detail}`,
     );
     this.timeoutMs = timeoutMs;
+  }
+}
+
+/** The reason of a handler's aborted signal when its job was cancelled while it ran. */
+export class JobCancelledError extends SkiplockError {
+  constructor(jobId: string) {
+    super('ERR_JOB_CANCELLED', `Job ${jobId} was cancelled while it ran`);
+  }
+}
+
+/**
+ * The reason of a handler's aborted signal when its worker no longer owns the job: the lease
+ * expired and the job was reclaimed (the worker was paused, or cut off from the database, for
+ * longer than the lease). Whatever the handler does next is discarded.
+ */
+export class LeaseLostError extends SkiplockError {
+  constructor(jobId: string) {
+    super(
+      'ERR_LEASE_LOST',
+      `The lease on job ${jobId} was lost (it expired and the job was reclaimed); its outcome is discarded. Use a longer leaseMs if handlers block the event loop`,
+    );
+  }
+}
+
+/** The reason of a handler's aborted signal when the worker stops and its stop timeout passed. */
+export class WorkerStoppingError extends SkiplockError {
+  constructor() {
+    super('ERR_WORKER_STOPPING', 'The worker is stopping: the job was released and will run again');
   }
 }
 

@@ -11,7 +11,9 @@ export {
   DatabaseError,
   DedupeConflictError,
   EmbeddedPostgresError,
+  JobCancelledError,
   JobDeadlineExceeded,
+  LeaseLostError,
   MigrationError,
   NotMigratedError,
   type PostgresErrorFields,
@@ -19,6 +21,7 @@ export {
   SkiplockError,
   type SkiplockErrorCode,
   ValidationError,
+  WorkerStoppingError,
 } from './errors.js';
 export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';
 export { Queue, type QueueOptions } from './queue.js';
@@ -42,3 +45,6 @@ export {
   type PruneOptions,
   type Queryable,
 } from './types.js';
+export type { WorkerEventName, WorkerEvents } from './worker/events.js';
+export type { Handler, JobContext, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';
+export { Worker, type WorkerStats } from './worker/worker.js';

@@ -15,7 +15,7 @@ import {
   requireStatus,
   toJsonText,
 } from './core/validate.js';
-import { type Executor, isExecutor, type PoolExecutor } from './db/executor.js';
+import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
 import { DatabaseError, QueueClosedError, ValidationError } from './errors.js';
 import { type MigrateResult, migrate } from './migrations/migrate.js';
@@ -30,10 +30,12 @@ import type {
   Job,
   JobSpec,
   JobStatus,
+  Lease,
   ListOptions,
   Logger,
   OpsSnapshot,
   PruneOptions,
+  Queryable,
 } from './types.js';
 
 /** Options of {@link Queue}. */
@@ -101,6 +103,7 @@ export class Queue {
   private readonly leaseMs: number;
   private readonly stuckAfterMs: number;
   private readonly logger: Logger | undefined;
+  private readonly clientConfig: pg.ClientConfig;
   private closed = false;
 
   constructor(options: QueueOptions = {}) {
@@ -127,6 +130,7 @@ export class Queue {
       }
       this.pool = opts.pool as unknown as PoolExecutor & { end(): Promise<void> };
       this.ownsPool = false;
+      this.clientConfig = { ...((opts.pool as unknown as { options?: pg.ClientConfig }).options ?? {}) };
     } else {
       const connectionString = opts.connectionString ?? process.env.DATABASE_URL;
       if (!connectionString) {
@@ -137,6 +141,7 @@ export class Queue {
       }
       this.pool = this.createPool(requireName(connectionString, 'connectionString'), opts.poolSize);
       this.ownsPool = true;
+      this.clientConfig = { connectionString };
     }
     this.readPool = opts.readConnectionString
       ? this.createPool(requireName(opts.readConnectionString, 'readConnectionString'), opts.poolSize)
@@ -235,13 +240,18 @@ export class Queue {
     return jobs.sort(compareClaimOrder);
   }
 
-  /** running → done with `result`. `false` when the lease no longer owns the job (SPEC §1.3). */
-  async complete(
-    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
-    result?: unknown,
-  ): Promise<boolean> {
+  /**
+   * running → done with `result`. `false` when the lease no longer owns the job (SPEC §1.3).
+   * With `client` (inside your open transaction) the completion commits or rolls back with your
+   * own writes: side effects in the database then happen exactly once.
+   */
+  async complete(lease: Lease, result?: unknown, options?: { client?: Queryable }): Promise<boolean> {
     this.assertOpen();
-    return this.store.complete(this.pool, requireLease(lease), toJsonText(result, 'result'));
+    const owner = requireLease(lease);
+    const resultJson = toJsonText(result, 'result');
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['client'], 'options');
+    return this.store.complete(this.writer(opts.client), owner, resultJson);
   }
 
   /**
@@ -249,7 +259,7 @@ export class Queue {
    * when attempts are spent. `null` when the lease no longer owns the job (SPEC §1.3).
    */
   async fail(
-    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
+    lease: Lease,
     error: unknown,
     options?: { retryInMs?: number },
   ): Promise<'pending' | 'dead' | null> {
@@ -258,26 +268,101 @@ export class Queue {
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, ['retryInMs'], 'options');
     const retryInMs =
-      opts.retryInMs === undefined
-        ? computeBackoff(owner.attempt, this.backoff.baseMs, this.backoff.capMs, this.backoff.jitter)
-        : requireMs(opts.retryInMs, 'retryInMs');
+      opts.retryInMs === undefined ? this.retryDelay(owner.attempt) : requireMs(opts.retryInMs, 'retryInMs');
     return this.store.fail(this.pool, owner, errorText(error), retryInMs);
   }
 
+  /** The retry delay `fail()` uses after attempt number `attempt`, with this queue's backoff settings. */
+  retryDelay(attempt: number): number {
+    return computeBackoff(attempt, this.backoff.baseMs, this.backoff.capMs, this.backoff.jitter);
+  }
+
   /** Extends the lease to now + `leaseMs` (database time). `false` when no longer the owner. */
-  async renewLease(
-    lease: ClaimedJob | { id: string; workerId: string; attempt: number },
-    leaseMs?: number,
-  ): Promise<boolean> {
+  async renewLease(lease: Lease, leaseMs?: number): Promise<boolean> {
     this.assertOpen();
     const ms = leaseMs === undefined ? this.leaseMs : requireInt(leaseMs, 'leaseMs', 1);
     return this.store.renewLease(this.pool, requireLease(lease), ms);
   }
 
   /** running → pending without spending the attempt (for shutdown). `false` when not the owner. */
-  async release(lease: ClaimedJob | { id: string; workerId: string; attempt: number }): Promise<boolean> {
+  async release(lease: Lease): Promise<boolean> {
     this.assertOpen();
     return this.store.release(this.pool, requireLease(lease));
+  }
+
+  /**
+   * Renews, in one statement, the leases of `workerId`'s running jobs (the worker's heartbeat).
+   * Returns the ids still owned, each with whether its cancellation was requested; a lease
+   * missing from the result is lost.
+   */
+  async renewLeases(
+    workerId: string,
+    leases: readonly Lease[],
+    leaseMs?: number,
+  ): Promise<Map<string, { cancelRequested: boolean }>> {
+    this.assertOpen();
+    const owner = requireName(workerId, 'workerId');
+    const checked = leases.map((lease, i) => requireLease(lease, `leases[${i}]`));
+    const ms = leaseMs === undefined ? this.leaseMs : requireInt(leaseMs, 'leaseMs', 1);
+    return this.store.renewLeases(this.pool, owner, checked, ms);
+  }
+
+  /**
+   * running → cancelled, for the owner of a job whose cancellation was requested (`cancel(id)`),
+   * once its handler has been aborted. `false` when not the owner or no cancel was requested.
+   */
+  async completeCancellation(
+    lease: Lease,
+    note = 'Cancelled: cancellation was requested while it ran',
+  ): Promise<boolean> {
+    this.assertOpen();
+    return this.store.cancelRunning(this.pool, requireLease(lease), note);
+  }
+
+  /** Milliseconds (database time) until the next pending job of these tasks/queues is due; null if none waits. */
+  async nextDueInMs(
+    filter: { tasks?: readonly string[]; queues?: readonly string[] } = {},
+  ): Promise<number | null> {
+    this.assertOpen();
+    return this.store.nextDueInMs(
+      this.pool,
+      optionalNameList(filter.tasks, 'tasks'),
+      optionalNameList(filter.queues, 'queues'),
+    );
+  }
+
+  /**
+   * Runs `fn` inside one transaction on a pooled connection: BEGIN, then COMMIT, or ROLLBACK
+   * if it throws. Pass the client to `enqueue`/`complete` to make them part of it.
+   *
+   * @example
+   * await queue.transaction(async (client) => {
+   *   await client.query('UPDATE accounts SET paid = true WHERE id = $1', [accountId]);
+   *   await queue.enqueue('receipt.send', { accountId }, { client });
+   * });
+   */
+  async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    this.assertOpen();
+    return inTransaction(this.pool, (session) => fn(session as pg.PoolClient));
+  }
+
+  /**
+   * Sends `payload` on this schema's channel. Workers treat `jobs` as "new jobs may be waiting"
+   * and ignore what they do not know; a worker uses it to check that its LISTEN receives.
+   */
+  async notify(payload = 'jobs'): Promise<void> {
+    this.assertOpen();
+    await this.store.notify(this.pool, requireName(payload, 'payload'));
+  }
+
+  /** The NOTIFY channel of this queue's schema (workers LISTEN on it). */
+  get channel(): string {
+    return this.store.channel;
+  }
+
+  /** Connection settings for a dedicated connection (the worker's LISTEN) to the same database. */
+  connectionConfig(): pg.ClientConfig {
+    return this.clientConfig;
   }
 
   /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. Safe to run anywhere. */

@@ -109,6 +109,35 @@ export class JobStore {
     return rows.length === 1;
   }
 
+  /** Renews every listed lease of `workerId`; returns the ones still owned, with their cancel flag. */
+  async renewLeases(
+    db: Executor,
+    workerId: string,
+    leases: readonly Lease[],
+    leaseMs: number,
+  ): Promise<Map<string, { cancelRequested: boolean }>> {
+    if (leases.length === 0) return new Map();
+    const rows = await this.run<{ id: string; cancel_requested: boolean }>(db, this.sql.renewLeases, [
+      workerId,
+      leases.map((l) => l.id),
+      leases.map((l) => l.attempt),
+      leaseMs,
+    ]);
+    return new Map(rows.map((row) => [String(row.id), { cancelRequested: row.cancel_requested }]));
+  }
+
+  async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {
+    const rows = await this.run(db, this.sql.cancelRunning, [...leaseValues(lease), note]);
+    return rows.length === 1;
+  }
+
+  /** Milliseconds until the next pending job of these tasks/queues is due, or null. */
+  async nextDueInMs(db: Executor, tasks: string[] | null, queues: string[] | null): Promise<number | null> {
+    const rows = await this.run<{ ms: string | number | null }>(db, this.sql.nextDueInMs, [tasks, queues]);
+    const ms = rows[0]?.ms;
+    return ms === null || ms === undefined ? null : Math.max(0, Number(ms));
+  }
+
   async release(db: Executor, lease: Lease): Promise<boolean> {
     const rows = await this.run(db, this.sql.release, leaseValues(lease));
     return rows.length === 1;
@@ -156,6 +185,10 @@ export class JobStore {
       batchSize,
     ]);
     return { deleted: Number(rows[0]?.deleted ?? 0), lastId: rows[0]?.last_id ?? null };
+  }
+
+  async notify(db: Executor, payload: string): Promise<void> {
+    await this.run(db, this.sql.notify, [this.channel, payload]);
   }
 
   async get(db: Executor, id: string): Promise<Job | null> {

@@ -125,6 +125,37 @@ export function buildStatements(s: string) {
       RETURNING id`,
 
     /**
+     * §1.3 the heartbeat of a whole worker in one statement: renews each (id, attempt) it still
+     * owns, in database time (§1.4). A missing row means that lease is lost. Also reports
+     * whether cancellation was requested, so a lost NOTIFY cannot hide a cancel.
+     * $1 worker_id, $2 ids, $3 attempts, $4 lease ms.
+     */
+    renewLeases: `
+      UPDATE ${jobs} AS j SET lease_until = now() + $4::float8 * interval '1 millisecond'
+      FROM unnest($2::bigint[], $3::int[]) AS l(id, attempt)
+      WHERE j.id = l.id AND j.status = 'running' AND j.worker_id = $1 AND j.attempts = l.attempt
+      RETURNING j.id::text AS id, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
+
+    /**
+     * §1.2/§1.3 running → cancelled for the owner of a job whose cancellation was requested,
+     * once its handler has been aborted. $4 note stored as last_error.
+     */
+    cancelRunning: `
+      UPDATE ${jobs} SET status = 'cancelled', lease_until = NULL, last_error = $4, updated_at = now()
+      WHERE ${LEASE_GUARD} AND cancel_requested_at IS NOT NULL
+      RETURNING id`,
+
+    /**
+     * §1.4/§1.9 milliseconds (database time) until the earliest pending job of these tasks and
+     * queues becomes due, for the worker's wake-up timer; null when none is waiting.
+     */
+    nextDueInMs: `
+      SELECT extract(epoch FROM min(run_after) - now()) * 1000 AS ms FROM ${jobs}
+      WHERE status = 'pending' AND run_after > now()
+        AND ($1::text[] IS NULL OR task = ANY($1::text[]))
+        AND ($2::text[] IS NULL OR queue = ANY($2::text[]))`,
+
+    /**
      * §1.3 running → pending without spending the attempt (shutdown). A job whose cancellation
      * was requested ends cancelled instead of running again.
      */
@@ -202,6 +233,9 @@ export function buildStatements(s: string) {
         RETURNING id
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,
+
+    /** §1.9 a hint on the schema's channel (the worker's LISTEN self-check). $1 channel, $2 payload. */
+    notify: `SELECT pg_notify($1, $2)`,
 
     /** One job by id. */
     get: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`,

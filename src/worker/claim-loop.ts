@@ -1,0 +1,141 @@
+/**
+ * When to claim (SPEC §1.9): on a NOTIFY hint, when a slot frees up while work may be waiting,
+ * at the earliest future run_after (a timer, not a poll), and on a slow fallback poll that only
+ * guards against lost notifications. Claim passes are single-flight: a burst of hints during a
+ * pass causes one more pass, not one per hint.
+ */
+import type { ClaimedJob } from '../types.js';
+
+/** Longest timer Node accepts (~24.8 days). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+export interface ClaimLoopDeps {
+  /** Claims up to `limit` jobs in one statement. */
+  claim(limit: number): Promise<ClaimedJob[]>;
+  /** Milliseconds until the next pending job is due (database time), or null. */
+  nextDueInMs(): Promise<number | null>;
+  freeSlots(): number;
+  /** Starts a claimed job (must not throw). */
+  run(job: ClaimedJob): void;
+  onError(error: unknown, during: string): void;
+  pollIntervalMs: number;
+}
+
+export class ClaimLoop {
+  private readonly deps: ClaimLoopDeps;
+  private stopped = true;
+  /** Set by any hint that jobs may be waiting; cleared when a pass drains the queue. */
+  private mayHaveWork = true;
+  private again = false;
+  private pass: Promise<void> | null = null;
+  private pollTimer: NodeJS.Timeout | null = null;
+  private dueTimer: NodeJS.Timeout | null = null;
+  private retryTimer: NodeJS.Timeout | null = null;
+  private failures = 0;
+
+  constructor(deps: ClaimLoopDeps) {
+    this.deps = deps;
+  }
+
+  /** Starts polling and runs the first pass; rejects if that pass fails (e.g. not migrated). */
+  async start(): Promise<void> {
+    this.stopped = false;
+    this.pollTimer = setInterval(() => this.wake(), this.deps.pollIntervalMs);
+    this.pass = this.runPass(true).finally(() => {
+      this.pass = null;
+    });
+    await this.pass;
+  }
+
+  /** Stops claiming; resolves once an in-flight pass has finished. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const timer of [this.pollTimer, this.dueTimer, this.retryTimer]) if (timer) clearTimeout(timer);
+    this.pollTimer = this.dueTimer = this.retryTimer = null;
+    await this.pass?.catch(() => undefined);
+  }
+
+  /** A hint that jobs may be waiting (NOTIFY, timer, poll, reconnect, reaped jobs). */
+  wake(): void {
+    this.mayHaveWork = true;
+    this.request();
+  }
+
+  /** A slot was freed: claim again if jobs may be waiting. */
+  slotFreed(): void {
+    if (this.mayHaveWork) this.request();
+  }
+
+  /** Runs one claim pass now (for tests and for callers that need to await it). */
+  async tick(): Promise<void> {
+    this.mayHaveWork = true;
+    this.request();
+    await this.pass;
+  }
+
+  private request(): void {
+    if (this.stopped) return;
+    if (this.pass) {
+      this.again = true;
+      return;
+    }
+    this.pass = this.runPass(false).finally(() => {
+      this.pass = null;
+    });
+  }
+
+  private async runPass(rethrow: boolean): Promise<void> {
+    do {
+      this.again = false;
+      const free = this.deps.freeSlots();
+      if (free <= 0 || this.stopped) return;
+      let jobs: ClaimedJob[];
+      try {
+        jobs = await this.deps.claim(free);
+        this.failures = 0;
+      } catch (error) {
+        if (rethrow) throw error;
+        this.retryLater(error);
+        return;
+      }
+      for (const job of jobs) this.deps.run(job);
+      if (jobs.length < free) {
+        this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
+        await this.armDueTimer();
+      }
+    } while (this.again && !this.stopped);
+  }
+
+  /** Sets the wake-up timer to the earliest future run_after (database time). */
+  private async armDueTimer(): Promise<void> {
+    let ms: number | null;
+    try {
+      ms = await this.deps.nextDueInMs();
+    } catch (error) {
+      this.deps.onError(error, 'reading the next due time');
+      return;
+    }
+    if (this.dueTimer) clearTimeout(this.dueTimer);
+    this.dueTimer = null;
+    if (ms === null || this.stopped) return;
+    this.dueTimer = setTimeout(
+      () => {
+        this.dueTimer = null;
+        this.wake();
+      },
+      Math.min(Math.ceil(ms), MAX_TIMER_MS),
+    );
+  }
+
+  /** A failed claim (database away?): retry with backoff, 100 ms doubling to 5 s. */
+  private retryLater(error: unknown): void {
+    this.deps.onError(error, 'claiming jobs');
+    this.mayHaveWork = true;
+    if (this.stopped || this.retryTimer) return;
+    const delay = Math.min(5_000, 100 * 2 ** this.failures++);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = null;
+      this.wake();
+    }, delay);
+  }
+}

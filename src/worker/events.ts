@@ -1,0 +1,43 @@
+/** The events a {@link Worker} emits, with their payloads. */
+import type { ClaimedJob } from '../types.js';
+
+export interface WorkerEvents {
+  /** A claimed job's handler is about to run. */
+  'job:start': { job: ClaimedJob };
+  /** The job completed; `result` is what the handler returned. */
+  'job:done': { job: ClaimedJob; result: unknown; durationMs: number };
+  /** The attempt failed and the job will run again after `retryInMs`. */
+  'job:retry': { job: ClaimedJob; error: unknown; retryInMs: number; durationMs: number };
+  /** The attempt failed and no attempts are left: the job is dead (dead-letter). */
+  'job:dead': { job: ClaimedJob; error: unknown; durationMs: number };
+  /** The job was cancelled while it ran (`queue.cancel(id)`), and its handler was aborted. */
+  'job:cancelled': { job: ClaimedJob; durationMs: number };
+  /** On stop, the job was still running after the timeout: aborted and put back (attempt not spent). */
+  'job:released': { job: ClaimedJob };
+  /**
+   * The handler ignored its aborted signal (deadline, cancel) for the whole grace period. Its
+   * slot was freed and its outcome written; the handler itself may still be running.
+   */
+  'job:runaway': { job: ClaimedJob; reason: 'deadline' | 'cancel' | 'lost'; graceMs: number };
+  /** The worker no longer owns the job (its lease expired and it was reclaimed). The handler's
+   * signal was aborted; whatever it returns is discarded. */
+  'lease:lost': { job: ClaimedJob };
+  /** Expired leases of (possibly other, crashed) workers were reclaimed by this worker's reaper. */
+  reaped: { ids: string[] };
+  /** The LISTEN connection is (again) in place; `reconnected` is false the first time. */
+  'listen:connected': { reconnected: boolean };
+  /**
+   * Something the operator should know, e.g. `LISTEN_UNREACHABLE`: the LISTEN connection did not
+   * receive a notification the worker sent itself (a transaction-pooling proxy such as
+   * PgBouncer?) — use `listen: false`.
+   */
+  warning: { code: string; message: string };
+  /**
+   * A background step failed (claim, lease renewal, reaper, writing an outcome, the LISTEN
+   * connection). The worker keeps going and retries; emitted only when someone listens, so an
+   * unheard error never crashes the process. Always logged through `logger`.
+   */
+  error: { error: Error; during: string };
+}
+
+export type WorkerEventName = keyof WorkerEvents;

@@ -1,0 +1,168 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import { computeBackoff } from '../core/backoff.js';
+import {
+  optionalNameList,
+  optionsObject,
+  rejectUnknownKeys,
+  requireInt,
+  requireMs,
+  requireName,
+} from '../core/validate.js';
+import { ValidationError } from '../errors.js';
+import type { Queue } from '../queue.js';
+import type { BackoffOptions, ClaimedJob, Logger } from '../types.js';
+
+/** What a handler receives besides the payload. */
+export interface JobContext<P = unknown> {
+  /** The claimed job, with its lease. */
+  job: ClaimedJob<P>;
+  /**
+   * Aborted when the job must stop: its deadline passed (reason: a `JobDeadlineExceeded`), it
+   * was cancelled, the worker lost its lease, or the worker is stopping past its timeout.
+   */
+  signal: AbortSignal;
+  /**
+   * Runs `fn` in one database transaction that also completes the job with `fn`'s return value:
+   * the handler's own writes and the completion commit together or not at all, so they happen
+   * exactly once even if the worker crashes at the worst moment. Call it at most once.
+   */
+  transaction<T>(fn: (client: import('pg').PoolClient) => Promise<T>): Promise<T>;
+}
+
+/** A task's handler. Its return value becomes the job's `result` (it must be JSON-serialisable). */
+export type Handler<P = unknown> = (payload: P, ctx: JobContext<P>) => Promise<unknown> | unknown;
+
+/** A handler with per-task settings. */
+export interface TaskDefinition<P = unknown> {
+  handler: Handler<P>;
+  /** Default deadline of this task's jobs (a job's own `timeoutMs` wins). */
+  timeoutMs?: number;
+}
+
+/** Task name → handler (or definition). */
+// biome-ignore lint/suspicious/noExplicitAny: each task has its own payload type.
+export type TaskMap = Record<string, Handler<any> | TaskDefinition<any>>;
+
+/** Options of {@link Worker}. */
+export interface WorkerOptions {
+  /** The queue to work on; or give `connectionString` (and `schema`) and the worker makes its own. */
+  queue?: Queue;
+  connectionString?: string;
+  schema?: string;
+  /** Handlers by task name. The worker claims only these tasks. */
+  tasks: TaskMap;
+  /** Most jobs running at once (default 10). */
+  concurrency?: number;
+  /** Lease length (default 120 000 ms); renewed about every third of it. */
+  leaseMs?: number;
+  /**
+   * Fallback poll interval (default 30 000 ms with LISTEN, 1 000 ms with `listen: false`). With
+   * LISTEN it only guards against lost notifications: wake-up does not wait for it.
+   */
+  pollIntervalMs?: number;
+  /** Only jobs of these queues (default: every queue). */
+  queues?: string[];
+  /** Default: `<hostname>-<pid>-<random>`, unique per Worker. */
+  workerId?: string;
+  /** Retry delays after a failure (default: the queue's). */
+  backoff?: BackoffOptions;
+  /** LISTEN for wake-ups (default true). `false` for transaction-pooling proxies (PgBouncer): poll instead. */
+  listen?: boolean;
+  /** How often this worker reaps expired leases (default 30 000 ms, ±20 % jitter). */
+  reapIntervalMs?: number;
+  /** How long a handler may ignore its aborted signal before its slot is freed (default 5 000 ms). */
+  abortGraceMs?: number;
+  /** pino-compatible logger; the worker never prints without one. */
+  logger?: Logger;
+}
+
+/** Settings after validation and defaults. */
+export interface WorkerSettings {
+  workerId: string;
+  tasks: Map<string, { handler: Handler; timeoutMs: number | null }>;
+  taskNames: string[];
+  queues: string[] | null;
+  concurrency: number;
+  leaseMs: number;
+  pollIntervalMs: number;
+  listen: boolean;
+  reapIntervalMs: number;
+  abortGraceMs: number;
+  backoff: BackoffOptions | null;
+  logger: Logger | undefined;
+}
+
+const KEYS = [
+  'queue',
+  'connectionString',
+  'schema',
+  'tasks',
+  'concurrency',
+  'leaseMs',
+  'pollIntervalMs',
+  'queues',
+  'workerId',
+  'backoff',
+  'listen',
+  'reapIntervalMs',
+  'abortGraceMs',
+  'logger',
+];
+
+/** Validates the options of a Worker (everything but queue/connection). */
+export function workerSettings(options: WorkerOptions): WorkerSettings {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, KEYS, 'options');
+  const listen = opts.listen ?? true;
+  if (typeof listen !== 'boolean') throw new ValidationError('listen', 'must be true or false');
+  const backoff = opts.backoff === undefined ? null : optionsObject(opts.backoff, 'backoff');
+  if (backoff) computeBackoff(1, backoff.baseMs, backoff.capMs, backoff.jitter); // validates
+  const tasks = taskMap(opts.tasks);
+  return {
+    workerId:
+      opts.workerId === undefined
+        ? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`
+        : requireName(opts.workerId, 'workerId'),
+    tasks,
+    taskNames: [...tasks.keys()],
+    queues: optionalNameList(opts.queues, 'queues'),
+    concurrency: opts.concurrency === undefined ? 10 : requireInt(opts.concurrency, 'concurrency', 1, 10_000),
+    leaseMs: opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 100),
+    pollIntervalMs:
+      opts.pollIntervalMs === undefined
+        ? listen
+          ? 30_000
+          : 1_000
+        : requireInt(opts.pollIntervalMs, 'pollIntervalMs', 10),
+    listen,
+    reapIntervalMs:
+      opts.reapIntervalMs === undefined ? 30_000 : requireInt(opts.reapIntervalMs, 'reapIntervalMs', 10),
+    abortGraceMs: opts.abortGraceMs === undefined ? 5_000 : requireMs(opts.abortGraceMs, 'abortGraceMs'),
+    backoff,
+    logger: opts.logger,
+  };
+}
+
+function taskMap(tasks: unknown): WorkerSettings['tasks'] {
+  if (typeof tasks !== 'object' || tasks === null || Array.isArray(tasks)) {
+    throw new ValidationError('tasks', 'must be an object mapping task names to handler functions');
+  }
+  const map: WorkerSettings['tasks'] = new Map();
+  for (const [name, value] of Object.entries(tasks)) {
+    requireName(name, 'tasks');
+    const field = `tasks[${JSON.stringify(name)}]`;
+    if (typeof value === 'function') {
+      map.set(name, { handler: value as Handler, timeoutMs: null });
+    } else if (typeof value === 'object' && value !== null && typeof value.handler === 'function') {
+      rejectUnknownKeys(value, ['handler', 'timeoutMs'], field);
+      const timeoutMs =
+        value.timeoutMs === undefined ? null : requireInt(value.timeoutMs, `${field}.timeoutMs`, 1);
+      map.set(name, { handler: value.handler as Handler, timeoutMs });
+    } else {
+      throw new ValidationError(field, 'must be a handler function or { handler, timeoutMs }');
+    }
+  }
+  if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task with its handler');
+  return map;
+}

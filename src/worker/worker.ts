@@ -1,0 +1,391 @@
+/**
+ * The Worker (SPEC §3): claims jobs of the tasks it has handlers for, runs them with bounded
+ * concurrency, keeps their leases alive, enforces deadlines, reaps crashed workers' jobs, wakes
+ * on LISTEN/NOTIFY, and stops gracefully.
+ *
+ *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
+ *
+ * While running, four loops cooperate, each with a tick() of its own:
+ *   - ClaimLoop: claims free slots' worth of jobs on a hint, a due timer or the fallback poll;
+ *   - LeaseKeeper: renews all leases in one statement every leaseMs / 3;
+ *   - ReaperLoop: reclaims expired leases every reapIntervalMs (with jitter);
+ *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
+ */
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
+import { NotificationListener } from '../db/listener.js';
+import { SkiplockError, ValidationError } from '../errors.js';
+import { Queue } from '../queue.js';
+import type { ClaimedJob } from '../types.js';
+import { ClaimLoop } from './claim-loop.js';
+import type { WorkerEvents } from './events.js';
+import { execute } from './job-executor.js';
+import { JobRun } from './job-run.js';
+import { LeaseKeeper } from './lease-keeper.js';
+import { type WorkerOptions, type WorkerSettings, workerSettings } from './options.js';
+import { ReaperLoop } from './reaper-loop.js';
+
+type State = 'idle' | 'running' | 'stopping' | 'stopped';
+
+/** Running totals since start(). */
+export interface WorkerStats {
+  running: number;
+  claimed: number;
+  done: number;
+  retried: number;
+  dead: number;
+  cancelled: number;
+  released: number;
+  leaseLost: number;
+  /** Handlers that ignored their aborted signal past the grace period (see `job:runaway`). */
+  runaway: number;
+}
+
+/** How long the LISTEN self-check waits for its own notification. */
+const PROBE_TIMEOUT_MS = 5_000;
+
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: typed overloads of EventEmitter's methods.
+export interface Worker {
+  on<E extends keyof WorkerEvents>(event: E, listener: (payload: WorkerEvents[E]) => void): this;
+  once<E extends keyof WorkerEvents>(event: E, listener: (payload: WorkerEvents[E]) => void): this;
+  off<E extends keyof WorkerEvents>(event: E, listener: (payload: WorkerEvents[E]) => void): this;
+  emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): boolean;
+}
+
+/**
+ * Runs handlers for queued jobs.
+ *
+ * @example
+ * const worker = new Worker({
+ *   connectionString: process.env.DATABASE_URL,
+ *   tasks: {
+ *     'email.send': async (payload, { signal }) => sendEmail(payload, { signal }),
+ *     'report.build': { handler: buildReport, timeoutMs: 60_000 },
+ *   },
+ *   concurrency: 20,
+ * });
+ * worker.on('job:dead', ({ job, error }) => alert(job, error));
+ * await worker.start();
+ * process.on('SIGTERM', () => worker.stop({ timeoutMs: 30_000 }));
+ */
+// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: see the interface above.
+export class Worker extends EventEmitter {
+  /** This worker's id: the owner name in every lease it takes. */
+  readonly workerId: string;
+  readonly queue: Queue;
+  private readonly settings: WorkerSettings;
+  private readonly ownsQueue: boolean;
+  private readonly runs = new Map<string, JobRun>();
+  private readonly claimLoop: ClaimLoop;
+  private readonly keeper: LeaseKeeper;
+  private readonly reaper: ReaperLoop;
+  private readonly listener: NotificationListener | null;
+  private readonly counters: Omit<WorkerStats, 'running'> = {
+    claimed: 0,
+    done: 0,
+    retried: 0,
+    dead: 0,
+    cancelled: 0,
+    released: 0,
+    leaseLost: 0,
+    runaway: 0,
+  };
+  private state: State = 'idle';
+  private stopping: Promise<void> | null = null;
+  private probe: { token: string; timer: NodeJS.Timeout } | null = null;
+  private probes = 0;
+
+  constructor(options: WorkerOptions) {
+    super();
+    this.settings = workerSettings(options);
+    this.workerId = this.settings.workerId;
+    if (options.queue !== undefined) {
+      if (!(options.queue instanceof Queue)) throw new ValidationError('queue', 'must be a skiplock Queue');
+      if (options.connectionString !== undefined || options.schema !== undefined) {
+        throw new ValidationError('queue', 'give either queue or connectionString/schema, not both');
+      }
+      this.queue = options.queue;
+      this.ownsQueue = false;
+    } else {
+      this.queue = new Queue({
+        ...(options.connectionString === undefined ? {} : { connectionString: options.connectionString }),
+        ...(options.schema === undefined ? {} : { schema: options.schema }),
+        leaseMs: this.settings.leaseMs,
+        poolSize: Math.min(this.settings.concurrency + 2, 20),
+        ...(this.settings.logger ? { logger: this.settings.logger } : {}),
+      });
+      this.ownsQueue = true;
+    }
+    const { queue, settings } = this;
+    const onError = (error: unknown, during: string) => this.reportError(error, during);
+    this.claimLoop = new ClaimLoop({
+      claim: (limit) =>
+        queue.claim(this.workerId, {
+          limit,
+          leaseMs: settings.leaseMs,
+          tasks: settings.taskNames,
+          ...(settings.queues ? { queues: settings.queues } : {}),
+        }),
+      nextDueInMs: () =>
+        queue.nextDueInMs({
+          tasks: settings.taskNames,
+          ...(settings.queues ? { queues: settings.queues } : {}),
+        }),
+      freeSlots: () => (this.state === 'running' ? settings.concurrency - this.runs.size : 0),
+      run: (job) => this.run(job),
+      onError,
+      pollIntervalMs: settings.pollIntervalMs,
+    });
+    this.keeper = new LeaseKeeper({
+      intervalMs: Math.max(50, Math.floor(settings.leaseMs / 3)),
+      leaseMs: settings.leaseMs,
+      runs: () => this.runs.values(),
+      renew: (runs) =>
+        queue.renewLeases(
+          this.workerId,
+          runs.map((run) => run.job),
+          settings.leaseMs,
+        ),
+      onLost: (run) => this.leaseLost(run),
+      onCancelRequested: (run) => run.abort('cancel'),
+      onError,
+    });
+    this.reaper = new ReaperLoop({
+      intervalMs: settings.reapIntervalMs,
+      reap: () => queue.reap(),
+      onReaped: (ids) => {
+        this.emit('reaped', { ids });
+        this.claimLoop.wake();
+      },
+      onError,
+    });
+    this.listener = settings.listen
+      ? new NotificationListener({
+          clientConfig: queue.connectionConfig(),
+          channel: queue.channel,
+          onNotification: (payload) => this.notified(payload),
+          onConnected: (reconnected) => this.listening(reconnected),
+          onError: (error) => onError(error, 'listening for notifications (reconnecting)'),
+        })
+      : null;
+  }
+
+  /**
+   * Starts claiming. Resolves after the first claim pass; rejects (and cleans up) if it fails,
+   * e.g. with NotMigratedError when the schema was never migrated.
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'idle')
+      throw new SkiplockError('ERR_VALIDATION', `start(): the worker is already ${this.state}`);
+    this.state = 'running';
+    try {
+      await this.listener?.start();
+      this.keeper.start();
+      this.reaper.start();
+      await this.claimLoop.start();
+    } catch (error) {
+      await this.shutdown();
+      this.state = 'stopped';
+      throw error;
+    }
+    this.settings.logger?.info?.(
+      {
+        workerId: this.workerId,
+        tasks: this.settings.taskNames,
+        concurrency: this.settings.concurrency,
+        listen: this.settings.listen,
+      },
+      'skiplock worker started',
+    );
+  }
+
+  /**
+   * Stops gracefully: claims nothing more, waits up to `timeoutMs` (default 30 s) for running
+   * jobs, then aborts the rest and releases them (attempt not spent). When it resolves no timer
+   * or connection of the worker is left open. Safe to call more than once.
+   */
+  stop(options: { timeoutMs?: number } = {}): Promise<void> {
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['timeoutMs'], 'options');
+    const timeoutMs = opts.timeoutMs === undefined ? 30_000 : requireMs(opts.timeoutMs, 'timeoutMs');
+    if (this.state === 'idle') {
+      this.state = 'stopped';
+      return this.ownsQueue ? this.queue.close() : Promise.resolve();
+    }
+    this.stopping ??= this.drain(timeoutMs);
+    return this.stopping;
+  }
+
+  /** Counters since start, and the jobs running now. */
+  stats(): WorkerStats {
+    return { running: this.runs.size, ...this.counters };
+  }
+
+  /** The jobs this worker is running now. */
+  runningJobs(): ClaimedJob[] {
+    return [...this.runs.values()].map((run) => run.job);
+  }
+
+  /** Loops' single steps, for tests and for callers that need determinism. */
+  readonly tick = {
+    claim: () => this.claimLoop.tick(),
+    renewLeases: () => this.keeper.tick(),
+    reap: () => this.reaper.tick(),
+  };
+
+  private async drain(timeoutMs: number): Promise<void> {
+    this.state = 'stopping';
+    await this.claimLoop.stop();
+    await this.reaper.stop();
+    const finished = Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      finished.then(() => false),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(true), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (timedOut) await this.releaseAll();
+    await this.shutdown();
+    this.state = 'stopped';
+    this.settings.logger?.info?.({ workerId: this.workerId, ...this.counters }, 'skiplock worker stopped');
+  }
+
+  /** Past the stop timeout: abort and release running jobs, give up on pending writes. */
+  private async releaseAll(): Promise<void> {
+    const writes: Promise<unknown>[] = [];
+    for (const run of this.runs.values()) {
+      if (run.phase === 'running') {
+        run.abort('shutdown');
+        writes.push(
+          this.queue.release(run.job).then(
+            (released) => {
+              if (released) {
+                this.counters.released++;
+                this.emit('job:released', { job: run.job });
+              }
+            },
+            (error: unknown) => this.reportError(error, `releasing job ${run.job.id} on stop`),
+          ),
+        );
+      } else {
+        run.cancelWrites();
+      }
+    }
+    await Promise.all(writes);
+    await Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
+  }
+
+  private async shutdown(): Promise<void> {
+    if (this.probe) clearTimeout(this.probe.timer);
+    this.probe = null;
+    await this.claimLoop.stop();
+    await this.reaper.stop();
+    await this.keeper.stop();
+    await this.listener?.stop();
+    if (this.ownsQueue) await this.queue.close();
+  }
+
+  private readonly settled = new Map<string, Promise<void>>();
+
+  private settledOf(run: JobRun): Promise<void> {
+    return this.settled.get(run.job.id) ?? Promise.resolve();
+  }
+
+  /** Starts a claimed job in a free slot. */
+  private run(job: ClaimedJob): void {
+    const task = this.settings.tasks.get(job.task);
+    const claimedAt = performance.now();
+    const run = new JobRun(
+      job,
+      job.timeoutMs ?? task?.timeoutMs ?? null,
+      this.settings.leaseMs,
+      this.settings.abortGraceMs,
+      claimedAt,
+    );
+    this.counters.claimed++;
+    this.runs.set(job.id, run);
+    const handler =
+      task?.handler ??
+      (() => {
+        throw new Error(`No handler for task "${job.task}" in this worker`);
+      });
+    const done = execute(run, handler, {
+      queue: this.queue,
+      backoff: this.settings.backoff,
+      emit: (event, payload) => this.count(event) && this.emit(event, payload),
+      onError: (error, during) => this.reportError(error, during),
+    })
+      .catch((error: unknown) => this.reportError(error, `running job ${job.id}`))
+      .finally(() => {
+        run.phase = 'finished';
+        run.clearTimers();
+        this.runs.delete(job.id);
+        this.settled.delete(job.id);
+        this.claimLoop.slotFreed();
+      });
+    this.settled.set(job.id, done);
+  }
+
+  private count(event: keyof WorkerEvents): true {
+    const key = (
+      {
+        'job:done': 'done',
+        'job:retry': 'retried',
+        'job:dead': 'dead',
+        'job:cancelled': 'cancelled',
+        'lease:lost': 'leaseLost',
+        'job:runaway': 'runaway',
+      } as const
+    )[event as 'job:done'];
+    if (key) this.counters[key]++;
+    return true;
+  }
+
+  private leaseLost(run: JobRun): void {
+    run.abort('lost');
+    this.count('lease:lost');
+    this.settings.logger?.warn?.({ jobId: run.job.id, workerId: this.workerId }, 'skiplock: lease lost');
+    this.emit('lease:lost', { job: run.job });
+  }
+
+  private notified(payload: string): void {
+    if (payload.startsWith('cancel:')) {
+      this.runs.get(payload.slice('cancel:'.length))?.abort('cancel');
+    } else if (payload.startsWith('probe:')) {
+      if (this.probe?.token === payload) {
+        clearTimeout(this.probe.timer);
+        this.probe = null;
+      }
+    } else {
+      this.claimLoop.wake();
+    }
+  }
+
+  /** LISTEN is in place: claim what was enqueued while nobody listened, and self-check. */
+  private listening(reconnected: boolean): void {
+    this.emit('listen:connected', { reconnected });
+    if (reconnected) this.claimLoop.wake();
+    if (this.state !== 'running' || this.probe) return;
+    const token = `probe:${this.workerId}:${++this.probes}`;
+    const timer = setTimeout(() => {
+      this.probe = null;
+      const message =
+        'The LISTEN connection did not receive a notification this worker sent itself: behind a transaction-pooling proxy (PgBouncer), LISTEN does not work; use `listen: false`. Until then, jobs start on the fallback poll.';
+      this.settings.logger?.warn?.({ workerId: this.workerId }, message);
+      this.emit('warning', { code: 'LISTEN_UNREACHABLE', message });
+    }, PROBE_TIMEOUT_MS);
+    this.probe = { token, timer };
+    this.queue
+      .notify(token)
+      .catch((error: unknown) => this.reportError(error, 'sending the LISTEN self-check'));
+  }
+
+  private reportError(error: unknown, during: string): void {
+    const err = error instanceof Error ? error : new Error(String(error));
+    this.settings.logger?.error?.({ err, during, workerId: this.workerId }, `skiplock: ${during} failed`);
+    if (this.listenerCount('error') > 0) this.emit('error', { error: err, during });
+  }
+}
