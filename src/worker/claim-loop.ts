@@ -75,7 +75,7 @@ export class ClaimLoop {
 
   private request(): void {
     if (this.stopped) return;
-    if (this.pass) {
+    if (this.pass !== null) {
       this.again = true;
       return;
     }

@@ -45,7 +45,7 @@ export interface WorkerStats {
 /** How long the LISTEN self-check waits for its own notification. */
 const PROBE_TIMEOUT_MS = 5_000;
 
-// biome-ignore lint/suspicious/noUnsafeDeclarationMerging: typed overloads of EventEmitter's methods.
+/** Typed overloads of EventEmitter's methods (declaration merging with the class below). */
 export interface Worker {
   on<E extends keyof WorkerEvents>(event: E, listener: (payload: WorkerEvents[E]) => void): this;
   once<E extends keyof WorkerEvents>(event: E, listener: (payload: WorkerEvents[E]) => void): this;
