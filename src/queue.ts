@@ -1,7 +1,6 @@
 import pg from 'pg';
 import { computeBackoff, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_CAP_MS } from './core/backoff.js';
 import { errorText } from './core/error-text.js';
-import { compareClaimOrder } from './core/job-row.js';
 import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
 import {
   optionalNameList,
@@ -237,7 +236,7 @@ export class Queue {
       optionalNameList(opts.tasks, 'tasks'),
       optionalNameList(opts.queues, 'queues'),
     );
-    return jobs.sort(compareClaimOrder);
+    return jobs;
   }
 
   /**
@@ -256,13 +255,14 @@ export class Queue {
 
   /**
    * Records a failed attempt: back to `pending` after the backoff (or `retryInMs`), or `dead`
-   * when attempts are spent. `null` when the lease no longer owns the job (SPEC §1.3).
+   * when attempts are spent — or `cancelled` when `cancel(id)` was called while it ran. `null`
+   * when the lease no longer owns the job (SPEC §1.3).
    */
   async fail(
     lease: Lease,
     error: unknown,
     options?: { retryInMs?: number },
-  ): Promise<'pending' | 'dead' | null> {
+  ): Promise<'pending' | 'dead' | 'cancelled' | null> {
     this.assertOpen();
     const owner = requireLease(lease);
     const opts = optionsObject(options, 'options');

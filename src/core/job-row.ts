@@ -57,15 +57,6 @@ export function toClaimedJob(row: JobRow): ClaimedJob {
   return { ...job, workerId: row.worker_id ?? '', attempt: job.attempts };
 }
 
-/** Claim order of SPEC §2: priority, then run_after, then id (numerically). */
-export function compareClaimOrder(a: Job, b: Job): number {
-  return (
-    a.priority - b.priority ||
-    a.runAfter.getTime() - b.runAfter.getTime() ||
-    (BigInt(a.id) < BigInt(b.id) ? -1 : BigInt(a.id) > BigInt(b.id) ? 1 : 0)
-  );
-}
-
 function toDate(value: Date | string | number): Date {
   return value instanceof Date ? value : new Date(value);
 }

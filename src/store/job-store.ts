@@ -95,8 +95,8 @@ export class JobStore {
     lease: Lease,
     errorText: string,
     retryInMs: number,
-  ): Promise<'pending' | 'dead' | null> {
-    const rows = await this.run<{ status: 'pending' | 'dead' }>(db, this.sql.fail, [
+  ): Promise<'pending' | 'dead' | 'cancelled' | null> {
+    const rows = await this.run<{ status: 'pending' | 'dead' | 'cancelled' }>(db, this.sql.fail, [
       ...leaseValues(lease),
       errorText,
       retryInMs,

@@ -77,6 +77,7 @@ export function buildStatements(s: string) {
     /**
      * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED and claim in the same UPDATE;
      * §1.2 the outer WHERE re-checks the status; §1.4 lease and run_after in database time.
+     * Rows come back in claim order (microsecond run_after, numeric id).
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
      */
     claim: `
@@ -89,12 +90,15 @@ export function buildStatements(s: string) {
         LIMIT $2
         FOR UPDATE SKIP LOCKED
       )
-      UPDATE ${jobs} SET
-        status = 'running', worker_id = $1, attempts = attempts + 1,
-        lease_until = now() + $5::float8 * interval '1 millisecond',
-        run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
-      WHERE id IN (SELECT id FROM picked) AND status = 'pending'
-      RETURNING ${JOB_COLUMNS}`,
+      , claimed AS (
+        UPDATE ${jobs} SET
+          status = 'running', worker_id = $1, attempts = attempts + 1,
+          lease_until = now() + $5::float8 * interval '1 millisecond',
+          run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
+        WHERE id IN (SELECT id FROM picked) AND status = 'pending'
+        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
+      )
+      SELECT * FROM claimed ORDER BY priority, run_after, claim_order_id`,
 
     /** §1.2/§1.3 running → done, only for the lease's owner and attempt. $4 result. */
     complete: `
@@ -104,12 +108,14 @@ export function buildStatements(s: string) {
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are
-     * spent (§1.8, keeping last_error). $4 error text.
+     * spent (§1.8, keeping last_error); cancelled instead when cancellation was requested
+     * meanwhile, so a failing handler cannot make a cancelled job run again. $4 error text.
      */
     fail: `
       UPDATE ${jobs} SET
-        status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-        run_after = CASE WHEN attempts >= max_attempts THEN run_after
+        status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                      WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+        run_after = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN run_after
                          ELSE now() + $5::float8 * interval '1 millisecond' END,
         last_error = $4, lease_until = NULL, updated_at = now()
       WHERE ${LEASE_GUARD}

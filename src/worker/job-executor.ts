@@ -114,6 +114,7 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
   } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
+  else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs });
   else if (status === null) deps.emit('lease:lost', { job });
 }
 

@@ -68,6 +68,16 @@ describe('§1.2 compare-and-set transitions', () => {
     expect((await queue.get(id))?.status).toBe('cancelled');
   });
 
+  test('a failure after cancel() ends the job cancelled instead of retrying it', async () => {
+    const queue = db.queue();
+    const { id } = await queue.enqueue('cas.cancel-fail', {}, { maxAttempts: 5 });
+    const [job] = await queue.claim('w-cf', { tasks: ['cas.cancel-fail'] });
+    expect(await queue.cancel(id)).toBe(true);
+    expect(await queue.fail(job!, new Error('failed before it heard of the cancel'))).toBe('cancelled');
+    expect(await queue.claim('w-cf', { tasks: ['cas.cancel-fail'] })).toEqual([]);
+    expect((await queue.get(id))?.status).toBe('cancelled');
+  });
+
   test('claim never takes a job another transition already moved', async () => {
     const queue = db.queue();
     const { id } = await queue.enqueue('cas.claim', {});

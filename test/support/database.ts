@@ -6,6 +6,8 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, inject } from 'vitest';
 import { Queue, type QueueOptions } from '../../src/queue.js';
+import type { WorkerOptions } from '../../src/worker/options.js';
+import { Worker } from '../../src/worker/worker.js';
 import { jobsTable, TEST_SCHEMA } from './schema.js';
 import { databaseUrl } from './urls.js';
 
@@ -18,6 +20,11 @@ export interface TestDatabase {
   readonly jobs: string;
   /** A new Queue on this database, in the test schema unless told otherwise (closed after the file). */
   queue(options?: Omit<QueueOptions, 'connectionString'>): Queue;
+  /**
+   * A new Worker on this database, in the test schema unless told otherwise; stopped after the
+   * file if the test did not stop it. It makes its own Queue (and pool) unless given `queue`.
+   */
+  worker(options: Omit<WorkerOptions, 'connectionString'>): Worker;
   /** Runs a statement on this database and returns its rows. */
   sql<T = Record<string, unknown>>(text: string, values?: unknown[]): Promise<T[]>;
   /** Rows in `<schema>.jobs`. */
@@ -31,6 +38,7 @@ export function useTestDatabase(): TestDatabase {
   const adminUrl = inject('adminUrl');
   const url = databaseUrl(adminUrl, name);
   const queues: Queue[] = [];
+  const workers: Worker[] = [];
   let pool: pg.Pool | undefined;
 
   beforeAll(async () => {
@@ -42,6 +50,7 @@ export function useTestDatabase(): TestDatabase {
   });
 
   afterAll(async () => {
+    await Promise.all(workers.map((w) => w.stop({ timeoutMs: 1_000 })));
     await Promise.all(queues.map((q) => q.close()));
     await pool?.end();
     await admin(adminUrl, `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
@@ -58,6 +67,13 @@ export function useTestDatabase(): TestDatabase {
       const queue = new Queue({ schema: TEST_SCHEMA, ...options, connectionString: url });
       queues.push(queue);
       return queue;
+    },
+    worker(options) {
+      const worker = new Worker(
+        options.queue ? options : { schema: TEST_SCHEMA, ...options, connectionString: url },
+      );
+      workers.push(worker);
+      return worker;
     },
     async sql<T>(text: string, values?: unknown[]) {
       return (await db.pool.query(text, values)).rows as T[];
