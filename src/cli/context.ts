@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import { ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
 
 /** Global options every subcommand sees. */
@@ -15,11 +16,11 @@ export async function withQueue<T>(
   fn: (queue: Queue, options: GlobalOptions) => Promise<T>,
 ): Promise<T> {
   const options = command.optsWithGlobals<GlobalOptions>();
-  const connectionString = options.databaseUrl ?? process.env.DATABASE_URL;
-  if (!connectionString) {
-    throw new Error('No database given: pass --database-url postgres://… or set DATABASE_URL');
-  }
-  const queue = new Queue({ connectionString, schema: options.schema, poolSize: 2 });
+  const queue = new Queue({
+    connectionString: requireDatabaseUrl(options),
+    schema: options.schema,
+    poolSize: 2,
+  });
   try {
     return await fn(queue, options);
   } finally {
@@ -30,4 +31,15 @@ export async function withQueue<T>(
 /** Prints `value` as JSON with --json, else the text for people. */
 export function print(options: GlobalOptions, value: unknown, text: string): void {
   process.stdout.write(options.json ? `${JSON.stringify(value)}\n` : `${text}\n`);
+}
+
+/** `--database-url`, else `$DATABASE_URL`, else a one-line error. */
+export function requireDatabaseUrl(options: GlobalOptions): string {
+  const url = options.databaseUrl ?? process.env.DATABASE_URL;
+  if (!url)
+    throw new ValidationError(
+      '--database-url',
+      'no database given: pass --database-url postgres://… or set DATABASE_URL',
+    );
+  return url;
 }

@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { SkiplockError } from '../errors.js';
 import { registerMigrate } from './migrate.js';
+import { registerWorker } from './worker.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
   version: string;
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
     .showHelpAfterError('(run with --help for usage)')
     .exitOverride();
   registerMigrate(program);
+  registerWorker(program);
   return program;
 }
 

@@ -1,0 +1,195 @@
+import * as path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { type Command, InvalidArgumentError } from 'commander';
+import { errorText } from '../core/error-text.js';
+import { ValidationError } from '../errors.js';
+import { Queue } from '../queue.js';
+import type { TaskMap } from '../worker/options.js';
+import { Worker } from '../worker/worker.js';
+import { type GlobalOptions, requireDatabaseUrl } from './context.js';
+
+interface WorkerFlags {
+  tasks: string;
+  concurrency?: number;
+  queues?: string[];
+  leaseMs?: number;
+  pollIntervalMs?: number;
+  listen: boolean;
+  workerId?: string;
+  stopTimeoutMs: number;
+}
+
+/** `skiplock worker --tasks ./tasks.js`: run handlers until SIGINT/SIGTERM. */
+export function registerWorker(program: Command): void {
+  program
+    .command('worker')
+    .description('run the handlers of a tasks module until SIGINT/SIGTERM (graceful stop)')
+    .requiredOption(
+      '--tasks <module>',
+      'module whose default export (or export `tasks`) maps task names to handlers',
+    )
+    .option('--concurrency <n>', 'most jobs at once (default 10)', positiveInt)
+    .option('--queues <a,b>', 'only these queues (default: all)', list)
+    .option('--lease-ms <n>', 'lease length in ms (default 120000)', positiveInt)
+    .option(
+      '--poll-interval-ms <n>',
+      'fallback poll in ms (default 30000; 1000 with --no-listen)',
+      positiveInt,
+    )
+    .option('--no-listen', 'poll instead of LISTEN (behind PgBouncer in transaction mode)')
+    .option('--worker-id <id>', 'owner name in leases (default: host-pid-random)')
+    .option(
+      '--stop-timeout-ms <n>',
+      'on SIGINT/SIGTERM, wait this long for running jobs (default 30000)',
+      positiveInt,
+      30_000,
+    )
+    .addHelpText(
+      'after',
+      `
+The tasks module:
+  // tasks.js
+  export default {
+    'email.send': async (payload, { signal, job }) => { await send(payload, { signal }); return { sent: true }; },
+    'report.build': { handler: buildReport, timeoutMs: 60_000 },
+  };
+
+Examples:
+  $ skiplock worker --tasks ./tasks.js --concurrency 20
+  $ skiplock worker --tasks ./dist/tasks.js --queues emails,reports --lease-ms 60000
+  $ npx tsx node_modules/.bin/skiplock worker --tasks ./tasks.ts      # TypeScript tasks through tsx
+
+One line is printed at start and one per failure; --verbose prints every job.
+The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released after
+--stop-timeout-ms); a second one exits at once.`,
+    )
+    .action(async (flags: WorkerFlags, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & WorkerFlags>();
+      const tasks = await loadTasks(flags.tasks);
+      const queue = new Queue({ connectionString: requireDatabaseUrl(options), schema: options.schema });
+      const worker = new Worker({
+        queue,
+        tasks,
+        ...(flags.concurrency === undefined ? {} : { concurrency: flags.concurrency }),
+        ...(flags.queues === undefined ? {} : { queues: flags.queues }),
+        ...(flags.leaseMs === undefined ? {} : { leaseMs: flags.leaseMs }),
+        ...(flags.pollIntervalMs === undefined ? {} : { pollIntervalMs: flags.pollIntervalMs }),
+        ...(flags.workerId === undefined ? {} : { workerId: flags.workerId }),
+        listen: flags.listen,
+      });
+      report(worker, options.verbose === true);
+      try {
+        await worker.start();
+      } catch (error) {
+        await queue.close();
+        throw error;
+      }
+      const names = Object.keys(tasks).join(', ');
+      process.stdout.write(
+        `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}\n`,
+      );
+      await untilSignal(worker, flags.stopTimeoutMs);
+      await queue.close();
+      const stats = worker.stats();
+      process.stdout.write(
+        `skiplock worker ${worker.workerId} stopped: ${stats.done} done, ${stats.retried} retried, ${stats.dead} dead, ${stats.released} released\n`,
+      );
+    });
+}
+
+/** Imports the tasks module and finds its handler map. */
+async function loadTasks(file: string): Promise<TaskMap> {
+  const absolute = path.resolve(file);
+  let mod: { default?: unknown; tasks?: unknown };
+  try {
+    mod = await import(pathToFileURL(absolute).href);
+  } catch (error) {
+    const code = (error as { code?: string }).code;
+    if (code === 'ERR_UNKNOWN_FILE_EXTENSION') {
+      throw new ValidationError(
+        '--tasks',
+        `${file} is TypeScript: run through tsx, e.g. \`npx tsx node_modules/.bin/skiplock worker --tasks ${file}\``,
+      );
+    }
+    if (code === 'ERR_MODULE_NOT_FOUND' && String((error as Error).message).includes(absolute)) {
+      throw new ValidationError('--tasks', `cannot find the module ${absolute}`);
+    }
+    throw error;
+  }
+  const candidate = isTaskMap(mod.tasks) ? mod.tasks : isTaskMap(mod.default) ? mod.default : null;
+  if (!candidate) {
+    throw new ValidationError(
+      '--tasks',
+      `${file} must export its handlers: \`export default { taskName: async (payload, ctx) => … }\` or \`export const tasks = { … }\``,
+    );
+  }
+  return candidate;
+}
+
+function isTaskMap(value: unknown): value is TaskMap {
+  return (
+    typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).length > 0
+  );
+}
+
+/** One line per failure (and per job with --verbose). */
+function report(worker: Worker, verbose: boolean): void {
+  const line = (text: string) => process.stderr.write(`${new Date().toISOString()} ${text}\n`);
+  const firstLine = (error: unknown) => errorText(error).split('\n')[0];
+  worker.on('job:retry', ({ job, error, retryInMs }) =>
+    line(
+      `retry  ${job.task} #${job.id} attempt ${job.attempt}/${job.maxAttempts} in ${retryInMs} ms: ${firstLine(error)}`,
+    ),
+  );
+  worker.on('job:dead', ({ job, error }) =>
+    line(`dead   ${job.task} #${job.id} after ${job.attempt} attempts: ${firstLine(error)}`),
+  );
+  worker.on('lease:lost', ({ job }) => line(`lost   ${job.task} #${job.id}: lease lost, outcome discarded`));
+  worker.on('job:runaway', ({ job, reason, graceMs }) =>
+    line(`runaway ${job.task} #${job.id}: ignored its ${reason} abort for ${graceMs} ms; slot freed`),
+  );
+  worker.on('warning', ({ message }) => line(`warning ${message}`));
+  worker.on('error', ({ error, during }) => line(`error  ${during}: ${error.message}`));
+  if (!verbose) return;
+  worker.on('job:start', ({ job }) => line(`start  ${job.task} #${job.id} attempt ${job.attempt}`));
+  worker.on('job:done', ({ job, durationMs }) => line(`done   ${job.task} #${job.id} in ${durationMs} ms`));
+  worker.on('job:cancelled', ({ job }) => line(`cancel ${job.task} #${job.id}`));
+  worker.on('job:released', ({ job }) => line(`release ${job.task} #${job.id}`));
+}
+
+/** Resolves after a graceful stop on the first SIGINT/SIGTERM; a second one exits at once. */
+function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals++;
+      if (signals > 1) {
+        process.stderr.write(`skiplock worker: second ${signal}, exiting now\n`);
+        process.exit(130);
+      }
+      process.stderr.write(`skiplock worker: ${signal}, stopping (again to exit at once)\n`);
+      worker.stop({ timeoutMs: stopTimeoutMs }).then(() => {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        resolve();
+      }, reject);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+}
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+}
+
+function list(value: string): string[] {
+  const names = value
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
+  if (names.length === 0) throw new InvalidArgumentError('must name at least one queue');
+  return names;
+}
