@@ -44,7 +44,10 @@ export class LeaseKeeper {
 
   /** One heartbeat: renew every lease this worker holds, then act on what came back. */
   async tick(): Promise<void> {
-    const runs = [...this.deps.runs()].filter((run) => run.phase !== 'finished' && !run.released);
+    // A lost lease is not renewed again (and not reported twice) while its handler winds down.
+    const runs = [...this.deps.runs()].filter(
+      (run) => run.phase !== 'finished' && !run.released && run.abortReason !== 'lost',
+    );
     if (runs.length === 0) return;
     const sentAt = performance.now();
     let owned: Map<string, { cancelRequested: boolean }>;
