@@ -7,6 +7,7 @@
 /** Stable error codes. New codes may be added; existing ones never change meaning. */
 export type SkiplockErrorCode =
   | 'ERR_VALIDATION'
+  | 'ERR_NOT_FOUND'
   | 'ERR_DATABASE'
   | 'ERR_NOT_MIGRATED'
   | 'ERR_MIGRATION'
@@ -157,6 +158,13 @@ export class LeaseLostError extends SkiplockError {
 export class WorkerStoppingError extends SkiplockError {
   constructor() {
     super('ERR_WORKER_STOPPING', 'The worker is stopping: the job was released and will run again');
+  }
+}
+
+/** The job does not exist, or is not in a state the asked transition applies to. */
+export class NotFoundError extends SkiplockError {
+  constructor(message: string) {
+    super('ERR_NOT_FOUND', message);
   }
 }
 

@@ -15,6 +15,7 @@ export {
   JobDeadlineExceeded,
   LeaseLostError,
   MigrationError,
+  NotFoundError,
   NotMigratedError,
   type PostgresErrorFields,
   QueueClosedError,

@@ -16,7 +16,7 @@ import {
 } from './core/validate.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
-import { DatabaseError, QueueClosedError, ValidationError } from './errors.js';
+import { DatabaseError, DedupeConflictError, QueueClosedError, ValidationError } from './errors.js';
 import { type MigrateResult, migrate } from './migrations/migrate.js';
 import { JobStore } from './store/job-store.js';
 import type {
@@ -79,6 +79,7 @@ const MAX_DEDUPE_ROUNDS = 10;
 /** Most jobs one claim may take. */
 export const MAX_CLAIM_LIMIT = 10_000;
 const PRUNE_BATCH = 5_000;
+const REQUEUE_BATCH = 1_000;
 
 /**
  * A Skiplock queue on one PostgreSQL schema: enqueue, claim, and every transition of a job's
@@ -424,6 +425,76 @@ export class Queue {
   async requeue(id: string): Promise<boolean> {
     this.assertOpen();
     return this.store.requeue(this.pool, requireJobId(id));
+  }
+
+  /**
+   * Requeues every dead job (of one `task`, if given) in keyset batches of 1,000, each its own
+   * short transaction. A dead job whose dedupe key is held by an active job again is skipped.
+   * `onProgress` hears the running totals.
+   */
+  async requeueDead(
+    options: { task?: string } = {},
+    onProgress?: (progress: { requeued: number; skipped: number }) => void,
+  ): Promise<{ requeued: number; skipped: number }> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['task'], 'options');
+    const task = opts.task === undefined ? null : requireName(opts.task, 'task');
+    const totals = { requeued: 0, skipped: 0 };
+    let after = '0';
+    for (;;) {
+      let batch: { requeued: number; lastId: string | null };
+      try {
+        batch = await this.store.requeueDeadBatch(this.pool, task, after, REQUEUE_BATCH);
+      } catch (error) {
+        if (!(error instanceof DatabaseError && error.sqlState === '23505')) throw error;
+        batch = await this.requeueOneByOne(task, after, totals);
+      }
+      if (batch.lastId === null) return totals;
+      totals.requeued += batch.requeued;
+      onProgress?.({ ...totals });
+      after = batch.lastId;
+    }
+  }
+
+  /** Fallback of requeueDead for a batch holding a taken dedupe key: one job at a time. */
+  private async requeueOneByOne(
+    task: string | null,
+    after: string,
+    totals: { skipped: number },
+  ): Promise<{ requeued: number; lastId: string | null }> {
+    const ids = await this.store.deadIds(this.pool, task, after, REQUEUE_BATCH);
+    let requeued = 0;
+    for (const id of ids) {
+      try {
+        if (await this.store.requeue(this.pool, id)) requeued++;
+      } catch (error) {
+        if (!(error instanceof DedupeConflictError)) throw error;
+        totals.skipped++;
+      }
+    }
+    return { requeued, lastId: ids.at(-1) ?? null };
+  }
+
+  /** Live (pending, running) jobs by queue: cheap, for metrics and dashboards. */
+  async liveByQueue(): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
+    this.assertOpen();
+    return this.store.liveByQueue(this.reader());
+  }
+
+  /**
+   * Finished jobs per `bucketMs` bucket over the last `windowMs` (default: per minute over the
+   * last hour), by status: throughput over time. Bucket starts are epoch milliseconds.
+   */
+  async throughput(
+    options: { bucketMs?: number; windowMs?: number } = {},
+  ): Promise<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; count: number }[]> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, ['bucketMs', 'windowMs'], 'options');
+    const bucketMs = opts.bucketMs === undefined ? 60_000 : requireInt(opts.bucketMs, 'bucketMs', 1_000);
+    const windowMs = opts.windowMs === undefined ? 3_600_000 : requireInt(opts.windowMs, 'windowMs', 1_000);
+    return this.store.finishedPerBucket(this.reader(), bucketMs, windowMs);
   }
 
   /**

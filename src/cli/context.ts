@@ -1,5 +1,8 @@
 import type { Command } from 'commander';
 import { ValidationError } from '../errors.js';
+
+export { NotFoundError } from '../errors.js';
+
 import { Queue } from '../queue.js';
 
 /** Global options every subcommand sees. */

@@ -6,7 +6,14 @@
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { SkiplockError } from '../errors.js';
+import { registerCancel } from './cancel.js';
+import { registerEnqueue } from './enqueue.js';
+import { registerGet } from './get.js';
+import { registerList } from './list.js';
 import { registerMigrate } from './migrate.js';
+import { registerOps } from './ops.js';
+import { registerPrune } from './prune.js';
+import { registerRequeue } from './requeue.js';
 import { registerWorker } from './worker.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
@@ -25,6 +32,13 @@ export function buildProgram(): Command {
     .exitOverride();
   registerMigrate(program);
   registerWorker(program);
+  registerEnqueue(program);
+  registerGet(program);
+  registerOps(program);
+  registerList(program);
+  registerRequeue(program);
+  registerCancel(program);
+  registerPrune(program);
   return program;
 }
 
@@ -41,8 +55,16 @@ async function main(argv: string[]): Promise<void> {
     const verbose = program.opts<{ verbose?: boolean }>().verbose === true || argv.includes('--verbose');
     process.stderr.write(`skiplock: ${oneLine(error)}\n`);
     if (verbose && error instanceof Error && error.stack) process.stderr.write(`${error.stack}\n`);
-    process.exitCode = error instanceof SkiplockError && error.code === 'ERR_VALIDATION' ? 2 : 1;
+    process.exitCode = exitCode(error);
   }
+}
+
+/** 2: bad arguments; 3: no such job (or not in that state); 1: anything else (database…). */
+function exitCode(error: unknown): number {
+  if (!(error instanceof SkiplockError)) return 1;
+  if (error.code === 'ERR_VALIDATION') return 2;
+  if (error.code === 'ERR_NOT_FOUND') return 3;
+  return 1;
 }
 
 function oneLine(error: unknown): string {

@@ -2,10 +2,11 @@ import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.
 import { quoteIdent } from '../db/identifier.js';
 import { MigrationError } from '../errors.js';
 import { initial } from './001-initial.js';
+import { finishedIndex } from './002-finished-index.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
-export const MIGRATIONS: readonly Migration[] = [initial];
+export const MIGRATIONS: readonly Migration[] = [initial, finishedIndex];
 
 /** The schema version this package needs. */
 export const LATEST_VERSION = MIGRATIONS.at(-1)?.version ?? 0;

@@ -165,6 +165,51 @@ export class JobStore {
     }
   }
 
+  /** Requeues one keyset batch of dead jobs; throws a DatabaseError 23505 when a key is taken. */
+  async requeueDeadBatch(
+    db: Executor,
+    task: string | null,
+    afterId: string,
+    batchSize: number,
+  ): Promise<{ requeued: number; lastId: string | null }> {
+    const rows = await this.run<{ requeued: number; last_id: string | null }>(db, this.sql.requeueDeadBatch, [
+      task,
+      afterId,
+      batchSize,
+      this.channel,
+    ]);
+    return { requeued: Number(rows[0]?.requeued ?? 0), lastId: rows[0]?.last_id ?? null };
+  }
+
+  async deadIds(db: Executor, task: string | null, afterId: string, batchSize: number): Promise<string[]> {
+    const rows = await this.run<{ id: string }>(db, this.sql.deadIds, [task, afterId, batchSize]);
+    return rows.map((row) => String(row.id));
+  }
+
+  async liveByQueue(
+    db: Executor,
+  ): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
+    const rows = await this.run<{ queue: string; status: 'pending' | 'running'; n: number }>(
+      db,
+      this.sql.liveByQueue,
+      [],
+    );
+    return rows.map((row) => ({ queue: row.queue, status: row.status, count: Number(row.n) }));
+  }
+
+  async finishedPerBucket(
+    db: Executor,
+    bucketMs: number,
+    windowMs: number,
+  ): Promise<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; count: number }[]> {
+    const rows = await this.run<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; n: number }>(
+      db,
+      this.sql.finishedPerBucket,
+      [bucketMs, windowMs],
+    );
+    return rows.map((row) => ({ bucket: Number(row.bucket), status: row.status, count: Number(row.n) }));
+  }
+
   async cancel(db: Executor, id: string): Promise<boolean> {
     const rows = await this.run(db, this.sql.cancel, [id, this.channel]);
     return rows.length === 1;

@@ -206,6 +206,37 @@ export function buildStatements(s: string) {
       SELECT id::text AS id, pg_notify($2, 'jobs') FROM requeued`,
 
     /**
+     * §1.2 one keyset batch of dead → pending (attempts reset, §1.8), optionally of one task;
+     * SKIP LOCKED so it never waits on a row another transition holds; §1.9 one NOTIFY.
+     * $1 task (or null), $2 after id, $3 batch size, $4 channel.
+     */
+    requeueDeadBatch: `
+      WITH picked AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
+        ORDER BY id LIMIT $3
+        FOR UPDATE SKIP LOCKED
+      ), requeued AS (
+        UPDATE ${jobs} SET
+          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
+        WHERE id IN (SELECT id FROM picked) AND status = 'dead'
+        RETURNING id
+      ), notified AS (
+        SELECT pg_notify($4, 'jobs') FROM (SELECT 1 FROM requeued LIMIT 1) AS any_requeued
+      )
+      SELECT (SELECT count(*) FROM requeued)::int AS requeued,
+             (SELECT max(id) FROM picked)::text AS last_id,
+             (SELECT array_agg(id::text) FROM picked) AS ids,
+             (SELECT count(*) FROM notified) AS notified`,
+
+    /** The ids of one keyset batch of dead jobs (the one-by-one fallback of requeueDeadBatch). */
+    deadIds: `
+      SELECT id::text AS id FROM ${jobs}
+      WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
+      ORDER BY id LIMIT $3`,
+
+    /**
      * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
      * that the owning worker acts on). Finished jobs are left alone.
      */
@@ -292,6 +323,25 @@ export function buildStatements(s: string) {
              (exact.dead >= $1) AS dead_estimated, (exact.cancelled >= $1) AS cancelled_estimated,
              (est.table_rows > $1) AS done_estimated
       FROM exact, est`,
+
+    /** Live jobs by queue and status (pending and running rows only, §7). */
+    liveByQueue: `
+      SELECT queue, status, count(*)::float8 AS n FROM ${jobs}
+      WHERE status IN ('pending', 'running')
+      GROUP BY queue, status`,
+
+    /**
+     * Finished jobs per time bucket over the last $2 ms, through jobs_finished_idx (§7).
+     * $1 bucket ms. Bucket starts are epoch milliseconds, aligned to the bucket size.
+     */
+    finishedPerBucket: `
+      SELECT (extract(epoch FROM date_bin($1::float8 * interval '1 millisecond', updated_at,
+                                          timestamptz '1970-01-01 00:00:00+00')) * 1000)::float8 AS bucket,
+             status, count(*)::float8 AS n
+      FROM ${jobs}
+      WHERE status IN ('done', 'dead', 'cancelled') AND updated_at > now() - $2::float8 * interval '1 millisecond'
+      GROUP BY 1, 2
+      ORDER BY 1`,
 
     /**
      * §7 the rest of ops(), each through a partial index: dead and deadline failures of the

@@ -1,0 +1,90 @@
+/**
+ * The admin HTTP API (SPEC §5). Every input is validated before the database is touched: a
+ * malformed id or filter is a 400 naming the field, an unknown job a 404, a transition that
+ * does not apply a 409; all errors share one envelope `{ error: { code, message, field? } }`.
+ */
+import { Hono } from 'hono';
+import { requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
+import { NotFoundError, ValidationError } from '../errors.js';
+import type { Queue } from '../queue.js';
+import type { ListOptions } from '../types.js';
+import { errorBody } from './errors.js';
+import type { History } from './history.js';
+
+const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
+
+export function apiRoutes(queue: Queue, history: History): Hono {
+  const api = new Hono();
+
+  api.get('/ops', async (c) => c.json(await queue.ops()));
+
+  api.get('/counts', async (c) => {
+    const [counts, live] = await Promise.all([queue.counts(), queue.liveByQueue()]);
+    const queues: Record<string, { pending: number; running: number }> = {};
+    for (const row of live) {
+      queues[row.queue] ??= { pending: 0, running: 0 };
+      (queues[row.queue] as { pending: number; running: number })[row.status] = row.count;
+    }
+    return c.json({ ...counts, queues });
+  });
+
+  api.get('/history', async (c) => c.json(await history.snapshot()));
+
+  api.get('/jobs', async (c) => {
+    const query = c.req.query();
+    for (const key of Object.keys(query)) {
+      if (!LIST_PARAMS.includes(key)) {
+        throw new ValidationError(key, `is not a filter (known: ${LIST_PARAMS.join(', ')})`);
+      }
+    }
+    const options: ListOptions = {};
+    if (query.status) options.status = requireStatus(query.status, 'status');
+    if (query.task) options.task = requireName(query.task, 'task');
+    if (query.queue) options.queue = requireName(query.queue, 'queue');
+    if (query.after) options.after = requireJobId(query.after, 'after');
+    if (query.limit !== undefined) {
+      if (!/^\d+$/.test(query.limit))
+        throw new ValidationError('limit', `must be an integer from 1 to 1000, got "${query.limit}"`);
+      options.limit = requireInt(Number(query.limit), 'limit', 1, 1000);
+    }
+    const limit = options.limit ?? 50;
+    const jobs = await queue.list(options);
+    return c.json({ jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : null });
+  });
+
+  api.get('/jobs/:id', async (c) => {
+    const id = requireJobId(c.req.param('id'), 'id');
+    const job = await queue.get(id);
+    if (!job) throw new NotFoundError(`No job with id ${id}`);
+    return c.json(job);
+  });
+
+  api.post('/jobs/:id/requeue', async (c) => {
+    const id = requireJobId(c.req.param('id'), 'id');
+    if (await queue.requeue(id)) return c.json({ id, requeued: true });
+    const job = await queue.get(id);
+    if (!job) throw new NotFoundError(`No job with id ${id}`);
+    return c.json(
+      errorBody('ERR_CONFLICT', `Job ${id} is ${job.status}: only dead jobs can be requeued`),
+      409,
+    );
+  });
+
+  api.post('/jobs/:id/cancel', async (c) => {
+    const id = requireJobId(c.req.param('id'), 'id');
+    const before = await queue.get(id);
+    if (!before) throw new NotFoundError(`No job with id ${id}`);
+    if (await queue.cancel(id))
+      return c.json({ id, cancelled: true, wasRunning: before.status === 'running' });
+    return c.json(
+      errorBody(
+        'ERR_CONFLICT',
+        `Job ${id} is ${before.status}: only pending or running jobs can be cancelled`,
+      ),
+      409,
+    );
+  });
+
+  api.all('*', (c) => c.json(errorBody('ERR_NOT_FOUND', `No route ${c.req.method} ${c.req.path}`), 404));
+  return api;
+}

@@ -1,0 +1,53 @@
+import type { Command } from 'commander';
+import type { EnqueueOptions } from '../types.js';
+import { print, withQueue } from './context.js';
+import { duration, integer, json, positiveInt } from './parse.js';
+
+interface Flags {
+  priority?: number;
+  dedupeKey?: string;
+  delay?: number;
+  maxAttempts?: number;
+  queue?: string;
+  timeout?: number;
+}
+
+/** `skiplock enqueue TASK [JSON]`. */
+export function registerEnqueue(program: Command): void {
+  program
+    .command('enqueue')
+    .description('add a job')
+    .argument('<task>', 'task name')
+    .argument('[payload]', 'JSON payload (default: null)', json)
+    .option('--priority <n>', 'lower runs first (default 100)', integer)
+    .option('--dedupe-key <key>', 'at most one active job per key; a hit prints the holder')
+    .option('--delay <duration>', 'run after this delay, e.g. 30s, 5m', duration)
+    .option('--max-attempts <n>', 'attempts before the job goes dead (default 3)', positiveInt)
+    .option('--queue <name>', "queue name (default 'default')")
+    .option('--timeout <duration>', 'deadline of one attempt, e.g. 30s', duration)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  $ skiplock enqueue email.send '{"to":"ada@example.com"}'
+  $ skiplock enqueue report.build '{"month":"2026-11"}' --priority 10 --delay 5m --dedupe-key report:2026-11
+  $ skiplock enqueue cleanup --queue maintenance --json`,
+    )
+    .action(async (task: string, payload: unknown, flags: Flags, command: Command) => {
+      await withQueue(command, async (queue, options) => {
+        const jobOptions: EnqueueOptions = {
+          ...(flags.priority === undefined ? {} : { priority: flags.priority }),
+          ...(flags.dedupeKey === undefined ? {} : { dedupeKey: flags.dedupeKey }),
+          ...(flags.delay === undefined ? {} : { delayMs: flags.delay }),
+          ...(flags.maxAttempts === undefined ? {} : { maxAttempts: flags.maxAttempts }),
+          ...(flags.queue === undefined ? {} : { queue: flags.queue }),
+          ...(flags.timeout === undefined ? {} : { timeoutMs: flags.timeout }),
+        };
+        const result = await queue.enqueue(task, payload ?? null, jobOptions);
+        const text = result.created
+          ? `Enqueued job ${result.id} (${task}).`
+          : `Not enqueued: job ${result.id} is active with dedupe key ${JSON.stringify(flags.dedupeKey)}.`;
+        print(options, result, text);
+      });
+    });
+}

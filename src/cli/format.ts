@@ -1,0 +1,129 @@
+/**
+ * Output for people: aligned tables, colour only on a TTY (and never with NO_COLOR), relative
+ * times, and a progress line for long operations.
+ */
+import { formatRelative } from '../core/duration.js';
+import type { Job, JobStatus } from '../types.js';
+
+const useColour = (stream: NodeJS.WriteStream) => stream.isTTY === true && !process.env.NO_COLOR;
+
+function paint(code: number, stream: NodeJS.WriteStream = process.stdout) {
+  return (text: string) => (useColour(stream) ? `\u001b[${code}m${text}\u001b[0m` : text);
+}
+
+export const style = {
+  bold: paint(1),
+  dim: paint(2),
+  red: paint(31),
+  green: paint(32),
+  yellow: paint(33),
+  cyan: paint(36),
+};
+
+const STATUS_STYLE: Record<JobStatus, (text: string) => string> = {
+  pending: style.yellow,
+  running: style.cyan,
+  done: style.green,
+  dead: style.red,
+  cancelled: style.dim,
+};
+
+export function colourStatus(status: JobStatus): string {
+  return STATUS_STYLE[status](status);
+}
+
+/** Visible width of a string (ANSI colour codes do not count). */
+function width(text: string): number {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips ANSI colour codes.
+  return text.replace(/\u001b\[[0-9;]*m/g, '').length;
+}
+
+/** An aligned table: header, then rows; numeric-looking columns are right-aligned. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(width(h), ...rows.map((row) => width(row[i] ?? ''))));
+  const numeric = header.map(
+    (_, i) => rows.length > 0 && rows.every((row) => /^-?[\d.,]+$/.test(row[i] ?? '')),
+  );
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => {
+        const pad = ' '.repeat(Math.max(0, (widths[i] ?? 0) - width(cell)));
+        return numeric[i] ? pad + cell : cell + pad;
+      })
+      .join('  ')
+      .trimEnd();
+  return [style.bold(line(header)), ...rows.map(line)].join('\n');
+}
+
+/** One line per job, for `list`. */
+export function jobRows(jobs: Job[], now = new Date()): string[][] {
+  return jobs.map((job) => [
+    job.id,
+    colourStatus(job.status),
+    job.task,
+    job.queue,
+    String(job.priority),
+    `${job.attempts}/${job.maxAttempts}`,
+    formatRelative(job.status === 'pending' ? job.runAfter : job.updatedAt, now),
+    (job.lastError ?? '').split('\n')[0]?.slice(0, 60) ?? '',
+  ]);
+}
+
+export const JOB_HEADER = ['ID', 'STATUS', 'TASK', 'QUEUE', 'PRIO', 'TRIES', 'WHEN', 'LAST ERROR'];
+
+/** Every field of one job, for `get`. */
+export function jobDetail(job: Job, now = new Date()): string {
+  const time = (date: Date | null) => (date ? `${date.toISOString()} (${formatRelative(date, now)})` : '—');
+  const fields: [string, string][] = [
+    ['id', job.id],
+    ['status', colourStatus(job.status)],
+    ['task', job.task],
+    ['queue', job.queue],
+    ['priority', String(job.priority)],
+    ['attempts', `${job.attempts} of ${job.maxAttempts}`],
+    ['dedupe key', job.dedupeKey ?? '—'],
+    ['run after', time(job.runAfter)],
+    ['worker', job.workerId ?? '—'],
+    ['lease until', time(job.leaseUntil)],
+    ['started', time(job.runStartedAt)],
+    ['timeout', job.timeoutMs === null ? '—' : `${job.timeoutMs} ms`],
+    ['created', time(job.createdAt)],
+    ['updated', time(job.updatedAt)],
+    ['payload', JSON.stringify(job.payload, null, 2)],
+    ['result', job.result === null ? '—' : JSON.stringify(job.result, null, 2)],
+    ['last error', job.lastError ?? '—'],
+  ];
+  const pad = Math.max(...fields.map(([name]) => name.length));
+  return fields
+    .map(
+      ([name, value]) =>
+        `${style.bold(name.padEnd(pad))}  ${value.replaceAll('\n', `\n${' '.repeat(pad + 2)}`)}`,
+    )
+    .join('\n');
+}
+
+/** A progress line on stderr: redrawn in place on a TTY, a line every 2 s otherwise. */
+export function progress(label: string, total: number | null) {
+  const tty = process.stderr.isTTY === true;
+  let last = 0;
+  const render = (n: number) => {
+    if (total !== null && total > 0) {
+      const ratio = Math.min(1, n / total);
+      const bar = `${'█'.repeat(Math.round(ratio * 24))}${'░'.repeat(24 - Math.round(ratio * 24))}`;
+      return `${label} ${bar} ${n.toLocaleString('en-US')}/${total.toLocaleString('en-US')}`;
+    }
+    return `${label} ${n.toLocaleString('en-US')}`;
+  };
+  return {
+    update(n: number) {
+      const now = Date.now();
+      if (tty) process.stderr.write(`\r${render(n)}`);
+      else if (now - last >= 2_000) process.stderr.write(`${render(n)}\n`);
+      last = now;
+    },
+    done(n: number) {
+      if (tty) process.stderr.write(`\r${render(n)}\n`);
+      else if (last !== 0) process.stderr.write(`${render(n)}\n`);
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import type { Command } from 'commander';
+import type { OpsSnapshot } from '../types.js';
+import { print, withQueue } from './context.js';
+import { style, table } from './format.js';
+import { duration } from './parse.js';
+
+interface Flags {
+  watch?: boolean;
+  interval: number;
+}
+
+/** `skiplock ops [--json] [--watch]`. */
+export function registerOps(program: Command): void {
+  program
+    .command('ops')
+    .description('the operational snapshot: counts, lag, dead and stuck jobs')
+    .option('--watch', 'refresh until Ctrl-C')
+    .option('--interval <duration>', 'refresh interval with --watch (default 2s)', duration, 2_000)
+    .addHelpText(
+      'after',
+      '\nExamples:\n  $ skiplock ops\n  $ skiplock ops --watch --interval 5s\n  $ skiplock ops --json',
+    )
+    .action(async (flags: Flags, command: Command) => {
+      await withQueue(command, async (queue, options) => {
+        const show = async () => {
+          const ops = await queue.ops();
+          if (flags.watch && !options.json && process.stdout.isTTY) process.stdout.write('\u001b[2J\u001b[H');
+          print(options, ops, render(ops));
+        };
+        await show();
+        if (!flags.watch) return;
+        await new Promise<void>((resolve) => {
+          const timer = setInterval(() => {
+            show().catch((error: unknown) => {
+              process.stderr.write(`skiplock: ${error instanceof Error ? error.message : String(error)}\n`);
+            });
+          }, flags.interval);
+          process.once('SIGINT', () => {
+            clearInterval(timer);
+            resolve();
+          });
+        });
+      });
+    });
+}
+
+function render(ops: OpsSnapshot): string {
+  const estimated = (status: string) => (ops.estimated.includes(status as never) ? '~' : '');
+  const rows = (['pending', 'running', 'done', 'dead', 'cancelled'] as const).map((status) => [
+    status,
+    `${estimated(status)}${ops[status].toLocaleString('en-US')}`,
+  ]);
+  const alerts = [
+    ['dead in the last hour', ops.dead1h, ops.dead1h > 0],
+    ['stuck running', ops.stuckRunning, ops.stuckRunning > 0],
+    ['oldest due pending (s)', ops.oldestPendingSec, ops.oldestPendingSec > 60],
+    ['deadline exceeded, last hour', ops.deadline1h, ops.deadline1h > 0],
+  ] as const;
+  const flagged = alerts.map(([name, value, bad]) => [name, bad ? style.red(String(value)) : String(value)]);
+  const note = ops.estimated.length ? `\n${style.dim('~ estimated from table statistics')}` : '';
+  return `${table(['STATUS', 'JOBS'], rows)}\n\n${table(['SIGNAL', 'VALUE'], flagged)}${note}`;
+}
