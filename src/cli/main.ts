@@ -7,6 +7,8 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { SkiplockError } from '../errors.js';
 import { registerCancel } from './cancel.js';
+import { registerDashboard } from './dashboard.js';
+import { registerDev } from './dev.js';
 import { registerEnqueue } from './enqueue.js';
 import { registerGet } from './get.js';
 import { registerList } from './list.js';
@@ -28,7 +30,7 @@ export function buildProgram(): Command {
     .option('--schema <name>', "schema of Skiplock's tables", 'skiplock')
     .option('--json', 'print JSON instead of text for people')
     .option('--verbose', 'print stack traces of errors')
-    .showHelpAfterError('(run with --help for usage)')
+    .configureOutput({ outputError: (text, write) => write(`skiplock: ${text.replace(/^error: /, '')}`) })
     .exitOverride();
   registerMigrate(program);
   registerWorker(program);
@@ -39,6 +41,8 @@ export function buildProgram(): Command {
   registerRequeue(program);
   registerCancel(program);
   registerPrune(program);
+  registerDashboard(program);
+  registerDev(program);
   return program;
 }
 
@@ -48,8 +52,8 @@ async function main(argv: string[]): Promise<void> {
     await program.parseAsync(argv);
   } catch (error) {
     if (error instanceof CommanderError) {
-      // Commander already printed its message (usage errors) or the help/version text.
-      process.exitCode = error.exitCode;
+      // Commander already printed its one-line message (usage errors) or the help/version text.
+      process.exitCode = error.exitCode === 0 ? 0 : 2;
       return;
     }
     const verbose = program.opts<{ verbose?: boolean }>().verbose === true || argv.includes('--verbose');

@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import pg from 'pg';
 import { EmbeddedPostgresError } from '../errors.js';
 import { NOBODY, type PostgresBinaries, type RunAs, resolveBinaries } from './binaries.js';
-import { clearStalePid } from './stale-server.js';
+import { clearStalePid, type StaleServer } from './stale-server.js';
 
 /** Options of {@link startEmbeddedPostgres}. */
 export interface EmbeddedPostgresOptions {
@@ -23,6 +23,8 @@ export interface EmbeddedPostgresOptions {
   persistent?: boolean;
   /** TCP port on 127.0.0.1 (default: a free one). */
   port?: number;
+  /** A port to use when it is free (else a free one), so URLs stay the same between runs. */
+  preferredPort?: number;
   /**
    * Trade durability for speed (fsync, full_page_writes and synchronous_commit off): for tests
    * only, where the data is thrown away anyway. Default false.
@@ -44,6 +46,8 @@ export interface EmbeddedPostgres {
   pid: number;
   /** PostgreSQL version of the binaries, e.g. `18.4.0-beta.17`. */
   version: string;
+  /** What was found of an earlier run on this data folder (a stale pid file, an orphan server). */
+  recovered: StaleServer;
   /** Fast shutdown; removes the data folder unless persistent. Idempotent. */
   stop(): Promise<void>;
 }
@@ -72,9 +76,13 @@ export async function startEmbeddedPostgres(
   const persistent = options.persistent ?? !temporary;
   try {
     await initDataDir(binaries, dataDir, runAs);
-    await clearStalePid(dataDir);
+    const recovered = await clearStalePid(dataDir);
     const settings = { ...DEFAULT_SETTINGS, ...(options.fast ? FAST_SETTINGS : {}), ...options.settings };
-    const port = options.port ?? (await freePort());
+    const port =
+      options.port ??
+      (options.preferredPort && (await portFree(options.preferredPort))
+        ? options.preferredPort
+        : await freePort());
     const child = await launch(binaries, dataDir, port, settings, runAs);
     const connectionString = `postgres://postgres@127.0.0.1:${port}/postgres`;
     await waitUntilReady(child, connectionString, dataDir, options.startTimeoutMs ?? 60_000);
@@ -85,6 +93,7 @@ export async function startEmbeddedPostgres(
       dataDir,
       pid: child.pid ?? -1,
       version: binaries.version,
+      recovered,
       stop: () => {
         stopping ??= shutdown(child).then(() =>
           persistent ? undefined : fs.rm(dataDir, { recursive: true, force: true }),
@@ -203,6 +212,16 @@ async function shutdown(child: ChildProcess): Promise<void> {
   const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
   await exited;
   clearTimeout(timer);
+}
+
+/** Whether `port` on 127.0.0.1 can be bound right now. */
+async function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.unref();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
 
 /** A port that was free a moment ago on 127.0.0.1. */

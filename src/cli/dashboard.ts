@@ -1,0 +1,60 @@
+import type { Command } from 'commander';
+import { startAdminServer } from '../admin/server.js';
+import { Queue } from '../queue.js';
+import { type GlobalOptions, requireDatabaseUrl } from './context.js';
+import { positiveInt } from './parse.js';
+
+interface Flags {
+  port: number;
+  host: string;
+}
+
+/** `skiplock dashboard [--port P] [--host H]`. */
+export function registerDashboard(program: Command): void {
+  program
+    .command('dashboard')
+    .description('serve the web dashboard, the admin API and /metrics')
+    .option('--port <port>', 'TCP port', positiveInt, 4000)
+    .option(
+      '--host <host>',
+      'address to bind (without SKIPLOCK_ADMIN_TOKEN, changes need a loopback bind)',
+      '127.0.0.1',
+    )
+    .addHelpText(
+      'after',
+      `
+Without SKIPLOCK_ADMIN_TOKEN the server binds 127.0.0.1 and anyone on this machine may use it.
+With it, every /api call needs "Authorization: Bearer <token>" (the page asks for the token).
+Bound to another address without a token, requeue and cancel are refused.
+
+Examples:
+  $ skiplock dashboard
+  $ SKIPLOCK_ADMIN_TOKEN=s3cret skiplock dashboard --host 0.0.0.0 --port 8080`,
+    )
+    .action(async (flags: Flags, command: Command) => {
+      const options = command.optsWithGlobals<GlobalOptions & Flags>();
+      const queue = new Queue({
+        connectionString: requireDatabaseUrl(options),
+        schema: options.schema,
+        poolSize: 4,
+      });
+      try {
+        await queue.ops(); // fail fast: unreachable database or schema not migrated
+        const server = await startAdminServer({ queue, port: flags.port, host: flags.host });
+        const auth = process.env.SKIPLOCK_ADMIN_TOKEN
+          ? 'bearer token required'
+          : 'no token: loopback only for changes';
+        process.stdout.write(
+          `skiplock dashboard on ${server.url} (${auth}); metrics at ${server.url}metrics\n`,
+        );
+        await new Promise<void>((resolve) => {
+          const stop = () => resolve();
+          process.once('SIGINT', stop);
+          process.once('SIGTERM', stop);
+        });
+        await server.close();
+      } finally {
+        await queue.close();
+      }
+    });
+}
