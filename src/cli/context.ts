@@ -46,3 +46,6 @@ export function requireDatabaseUrl(options: GlobalOptions): string {
     );
   return url;
 }
+
+/** A second SIGINT this soon after the first is the same Ctrl-C relayed by npm/tsx, not a new one. */
+export const SIGNAL_ECHO_MS = 1_000;

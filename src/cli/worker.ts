@@ -6,7 +6,7 @@ import { ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
 import type { TaskMap } from '../worker/options.js';
 import { Worker } from '../worker/worker.js';
-import { type GlobalOptions, requireDatabaseUrl } from './context.js';
+import { type GlobalOptions, requireDatabaseUrl, SIGNAL_ECHO_MS } from './context.js';
 
 interface WorkerFlags {
   tasks: string;
@@ -160,13 +160,15 @@ function report(worker: Worker, verbose: boolean): void {
 /** Resolves after a graceful stop on the first SIGINT/SIGTERM; a second one exits at once. */
 function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
-    let signals = 0;
+    let first = 0;
     const onSignal = (signal: NodeJS.Signals) => {
-      signals++;
-      if (signals > 1) {
+      // tsx and npm relay the terminal's Ctrl-C, so one keypress can arrive twice at once.
+      if (first && Date.now() - first < SIGNAL_ECHO_MS) return;
+      if (first) {
         process.stderr.write(`skiplock worker: second ${signal}, exiting now\n`);
         process.exit(130);
       }
+      first = Date.now();
       process.stderr.write(`skiplock worker: ${signal}, stopping (again to exit at once)\n`);
       worker.stop({ timeoutMs: stopTimeoutMs }).then(() => {
         process.off('SIGINT', onSignal);

@@ -32,6 +32,12 @@ export interface EmbeddedPostgresOptions {
   fast?: boolean;
   /** Extra server settings, e.g. `{ max_connections: '300' }`. */
   settings?: Record<string, string>;
+  /**
+   * Run the server in its own process group, so a Ctrl-C in the terminal reaches only the
+   * parent, which then stops the server after its own clean-up (default false: a Ctrl-C stops
+   * both, which suits test runs).
+   */
+  ownProcessGroup?: boolean;
   /** How long to wait for the server to accept connections (default 60 s). */
   startTimeoutMs?: number;
 }
@@ -83,7 +89,7 @@ export async function startEmbeddedPostgres(
       (options.preferredPort && (await portFree(options.preferredPort))
         ? options.preferredPort
         : await freePort());
-    const child = await launch(binaries, dataDir, port, settings, runAs);
+    const child = await launch(binaries, dataDir, port, settings, runAs, options.ownProcessGroup === true);
     const connectionString = `postgres://postgres@127.0.0.1:${port}/postgres`;
     await waitUntilReady(child, connectionString, dataDir, options.startTimeoutMs ?? 60_000);
     let stopping: Promise<void> | undefined;
@@ -141,6 +147,7 @@ async function launch(
   port: number,
   settings: Record<string, string>,
   runAs: RunAs | null,
+  detached: boolean,
 ): Promise<ChildProcess> {
   const log = await fs.open(path.join(dataDir, LOG_FILE), 'a');
   try {
@@ -148,6 +155,7 @@ async function launch(
     for (const [name, value] of Object.entries(settings)) args.push('-c', `${name}=${value}`);
     const child = spawn(binaries.postgres, args, {
       stdio: ['ignore', log.fd, log.fd],
+      detached,
       ...(runAs ? { uid: runAs.uid, gid: runAs.gid } : {}),
     });
     await new Promise<void>((resolve, reject) => {
