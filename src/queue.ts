@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { computeBackoff, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_CAP_MS } from './core/backoff.js';
+import { Batcher, type Settled } from './core/batcher.js';
 import { errorText } from './core/error-text.js';
-import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
+import { enqueueOptions, type NewJob, toNewJob, toNewJobs } from './core/job-spec.js';
 import {
   optionalNameList,
   optionsObject,
@@ -14,6 +15,7 @@ import {
   requireStatus,
   toJsonText,
 } from './core/validate.js';
+import { isConnectionError } from './db/database-error.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
 import { DatabaseError, DedupeConflictError, QueueClosedError, ValidationError } from './errors.js';
@@ -57,6 +59,13 @@ export interface QueueOptions {
   poolSize?: number;
   /** Receives warnings such as a pooled connection that died. Nothing is printed without one. */
   logger?: Logger;
+  /**
+   * Automatic batching of concurrent `enqueue` calls made without `client` (default on): calls
+   * that arrive together share one INSERT and one commit, each caller still getting its own
+   * id/created and its own error, and every call is durable when it resolves. `false` turns it
+   * off; `{ maxBatch, maxConcurrent }` tunes it (default 1,000 jobs, 2 batches in flight).
+   */
+  batchEnqueue?: boolean | { maxBatch?: number; maxConcurrent?: number };
 }
 
 const QUEUE_OPTION_KEYS = [
@@ -69,6 +78,7 @@ const QUEUE_OPTION_KEYS = [
   'stuckAfterMs',
   'poolSize',
   'logger',
+  'batchEnqueue',
 ];
 const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
 const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
@@ -104,6 +114,9 @@ export class Queue {
   private readonly stuckAfterMs: number;
   private readonly logger: Logger | undefined;
   private readonly clientConfig: pg.ClientConfig;
+  private readonly enqueueBatcher: Batcher<NewJob, EnqueueResult> | null;
+  private hinting: Promise<void> | null = null;
+  private hintAgain = false;
   private closed = false;
 
   constructor(options: QueueOptions = {}) {
@@ -147,6 +160,26 @@ export class Queue {
       ? this.createPool(requireName(opts.readConnectionString, 'readConnectionString'), opts.poolSize)
       : null;
     if (!this.ownsPool) this.watchPool(opts.pool as pg.Pool);
+    this.enqueueBatcher = this.createEnqueueBatcher(opts.batchEnqueue);
+  }
+
+  private createEnqueueBatcher(setting: QueueOptions['batchEnqueue']): Batcher<NewJob, EnqueueResult> | null {
+    if (setting === false) return null;
+    if (setting !== undefined && setting !== true && (typeof setting !== 'object' || setting === null)) {
+      throw new ValidationError('batchEnqueue', 'must be true, false or { maxBatch, maxConcurrent }');
+    }
+    const tuning = typeof setting === 'object' ? setting : {};
+    rejectUnknownKeys(tuning, ['maxBatch', 'maxConcurrent'], 'batchEnqueue');
+    return new Batcher((jobs) => this.flushEnqueues(jobs), {
+      maxBatch:
+        tuning.maxBatch === undefined
+          ? 1_000
+          : requireInt(tuning.maxBatch, 'batchEnqueue.maxBatch', 1, 10_000),
+      maxConcurrent:
+        tuning.maxConcurrent === undefined
+          ? 2
+          : requireInt(tuning.maxConcurrent, 'batchEnqueue.maxConcurrent', 1, 100),
+    });
   }
 
   /** Creates or upgrades this queue's schema (safe from many processes at once; SPEC §2). */
@@ -168,7 +201,12 @@ export class Queue {
     this.assertOpen();
     const { client, ...jobOptions } = enqueueOptions(options);
     const job = toNewJob(task, payload, jobOptions);
-    const db = this.writer(client);
+    if (client === undefined && this.enqueueBatcher) return this.enqueueBatcher.add(job);
+    return this.insertOne(this.writer(client), job);
+  }
+
+  /** One INSERT with its NOTIFY in the same transaction; a dedupe hit reads the holder (§1.7). */
+  private async insertOne(db: Executor, job: NewJob): Promise<EnqueueResult> {
     for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
       const id = await this.store.insertOne(db, job);
       if (id !== null) return { id, created: true };
@@ -191,7 +229,14 @@ export class Queue {
     rejectUnknownKeys(opts, ['client'], 'options');
     const jobs = toNewJobs(specs);
     if (jobs.length === 0) return [];
-    const db = this.writer(opts.client);
+    return this.insertBatch(this.writer(opts.client), jobs, true);
+  }
+
+  /**
+   * One INSERT for the batch, then the holders of dedupe hits looked up in a new statement,
+   * whose snapshot sees them (§1.7); a holder that finished meanwhile means inserting again.
+   */
+  private async insertBatch(db: Executor, jobs: NewJob[], notify: boolean): Promise<EnqueueResult[]> {
     const results: EnqueueResult[] = new Array(jobs.length);
     let todo = jobs.map((job, index) => ({ job, index }));
     for (let round = 0; todo.length > 0; round++) {
@@ -199,6 +244,7 @@ export class Queue {
       const inserted = await this.store.insertMany(
         db,
         todo.map((t) => t.job),
+        notify,
       );
       const hits: typeof todo = [];
       todo.forEach((t, i) => {
@@ -207,7 +253,6 @@ export class Queue {
         else hits.push(t);
       });
       if (hits.length === 0) break;
-      // Dedupe hits: look the holders up in a new statement, whose snapshot sees them (§1.7).
       const holders = await this.store.activeIdsByKey(
         db,
         hits.map((h) => h.job.dedupeKey as string),
@@ -215,10 +260,57 @@ export class Queue {
       todo = hits.filter((h) => {
         const holder = holders.get(h.job.dedupeKey as string);
         if (holder !== undefined) results[h.index] = { id: holder, created: false };
-        return holder === undefined; // the holder finished meanwhile: insert again
+        return holder === undefined;
       });
     }
-    return results as EnqueueResult[];
+    return results;
+  }
+
+  /**
+   * The flush of automatic enqueue batching: one INSERT and one commit for every enqueue call
+   * that arrived together, then one coalesced NOTIFY after the commit (§1.9: a hint, kept off
+   * the commit path). If the batch fails for a reason other than the connection, each job is
+   * retried alone so that each caller gets its own outcome.
+   */
+  private async flushEnqueues(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
+    try {
+      const results = await this.insertBatch(this.pool, jobs, false);
+      if (results.some((r) => r.created)) this.hint();
+      return results.map((value) => ({ ok: true, value }));
+    } catch (error) {
+      if (jobs.length === 1 || isConnectionError(error)) throw error;
+      return Promise.all(
+        jobs.map((job) =>
+          this.insertOne(this.pool, job).then(
+            (value): Settled<EnqueueResult> => ({ ok: true, value }),
+            (err: unknown): Settled<EnqueueResult> => ({ ok: false, error: err }),
+          ),
+        ),
+      );
+    }
+  }
+
+  /** Sends the wake-up hint after a batch committed; hints that meet one in flight coalesce. */
+  private hint(): void {
+    if (this.hinting !== null) {
+      this.hintAgain = true;
+      return;
+    }
+    this.hinting = this.store
+      .notify(this.pool, 'jobs')
+      .catch((error: unknown) => {
+        this.logger?.warn?.(
+          { err: error, schema: this.schema },
+          'skiplock: sending the wake-up NOTIFY failed',
+        );
+      })
+      .finally(() => {
+        this.hinting = null;
+        if (this.hintAgain) {
+          this.hintAgain = false;
+          this.hint();
+        }
+      });
   }
 
   /**
@@ -252,6 +344,22 @@ export class Queue {
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, ['client'], 'options');
     return this.store.complete(this.writer(opts.client), owner, resultJson);
+  }
+
+  /**
+   * Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3). Returns, in
+   * input order, whether each one completed (`false`: that lease no longer owns its job).
+   */
+  async completeMany(items: readonly { lease: Lease; result?: unknown }[]): Promise<boolean[]> {
+    this.assertOpen();
+    if (!Array.isArray(items)) throw new ValidationError('items', 'must be an array of { lease, result }');
+    const checked = items.map((item, i) => ({
+      lease: requireLease(item?.lease, `items[${i}].lease`),
+      resultJson: toJsonText(item?.result, `items[${i}].result`),
+    }));
+    if (checked.length === 0) return [];
+    const done = await this.store.completeMany(this.pool, checked);
+    return checked.map((item) => done.has(item.lease.id));
   }
 
   /**
@@ -547,6 +655,8 @@ export class Queue {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.enqueueBatcher?.idle();
+    await this.hinting;
     await Promise.all([this.ownsPool ? this.pool.end() : undefined, this.readPool?.end()]);
   }
 

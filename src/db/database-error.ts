@@ -28,3 +28,14 @@ export function toDatabaseError(error: unknown, schema: string): SkiplockError {
     { cause: error },
   );
 }
+
+/**
+ * Errors that mean "the database is away", worth retrying: a driver error without SQLSTATE
+ * (connection refused or reset), or SQLSTATE classes 08 (connection), 57P (shutdown) and 53
+ * (insufficient resources).
+ */
+export function isConnectionError(error: unknown): boolean {
+  if (error instanceof DatabaseError)
+    return error.sqlState === undefined || /^(08|57P|53)/.test(error.sqlState);
+  return !(error instanceof SkiplockError);
+}

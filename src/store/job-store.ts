@@ -49,8 +49,15 @@ export class JobStore {
     return rows[0]?.id ?? null;
   }
 
-  /** Inserts a batch in one statement; per input row, its id and whether it was inserted. */
-  async insertMany(db: Executor, jobs: readonly NewJob[]): Promise<{ id: string; created: boolean }[]> {
+  /**
+   * Inserts a batch in one statement; per input row, its id and whether it was inserted. With
+   * `notify` false no NOTIFY is sent in the statement (the caller hints after the commit).
+   */
+  async insertMany(
+    db: Executor,
+    jobs: readonly NewJob[],
+    notify = true,
+  ): Promise<{ id: string; created: boolean }[]> {
     const column = <T>(pick: (job: NewJob) => T) => jobs.map(pick);
     const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertMany, [
       column((j) => j.queue),
@@ -62,7 +69,7 @@ export class JobStore {
       column((j) => j.runAt?.toISOString() ?? null),
       column((j) => j.delayMs),
       column((j) => j.timeoutMs),
-      this.channel,
+      notify ? this.channel : null,
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
   }
@@ -88,6 +95,17 @@ export class JobStore {
   async complete(db: Executor, lease: Lease, resultJson: string): Promise<boolean> {
     const rows = await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson]);
     return rows.length === 1;
+  }
+
+  /** Completes many leases in one statement; returns the ids that completed. */
+  async completeMany(db: Executor, items: readonly { lease: Lease; resultJson: string }[]): Promise<Set<string>> {
+    const rows = await this.run<{ id: string }>(db, this.sql.completeMany, [
+      items.map((i) => i.lease.id),
+      items.map((i) => i.lease.workerId),
+      items.map((i) => i.lease.attempt),
+      items.map((i) => i.resultJson),
+    ]);
+    return new Set(rows.map((row) => String(row.id)));
   }
 
   async fail(

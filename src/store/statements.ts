@@ -45,7 +45,8 @@ export function buildStatements(s: string) {
 
     /**
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
-     * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch.
+     * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch,
+     * in its transaction — or none when $10 is null (the caller then hints after the commit).
      */
     insertMany: `
       WITH input AS MATERIALIZED (
@@ -62,7 +63,7 @@ export function buildStatements(s: string) {
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       ), notified AS (
-        SELECT pg_notify($10, 'jobs') FROM (SELECT 1 FROM ins LIMIT 1) AS any_inserted
+        SELECT pg_notify($10, 'jobs') FROM (SELECT 1 FROM ins LIMIT 1) AS any_inserted WHERE $10::text IS NOT NULL
       )
       SELECT input.id::text AS id, (ins.id IS NOT NULL) AS created,
              (SELECT count(*) FROM notified) AS notified
@@ -105,6 +106,17 @@ export function buildStatements(s: string) {
       UPDATE ${jobs} SET status = 'done', result = $4::jsonb, lease_until = NULL, updated_at = now()
       WHERE ${LEASE_GUARD}
       RETURNING id`,
+
+    /**
+     * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
+     * that no longer owns its job completes nothing. Returns the ids that completed.
+     * $1 ids, $2 worker ids, $3 attempts, $4 results (JSON text).
+     */
+    completeMany: `
+      UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, updated_at = now()
+      FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[]) AS c(id, worker_id, attempt, result)
+      WHERE j.id = c.id AND j.status = 'running' AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+      RETURNING j.id::text AS id`,
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are

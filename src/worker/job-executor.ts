@@ -8,7 +8,8 @@ import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
 import { toJsonText } from '../core/validate.js';
-import { DatabaseError, LeaseLostError, SkiplockError } from '../errors.js';
+import { isConnectionError } from '../db/database-error.js';
+import { LeaseLostError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
@@ -159,11 +160,4 @@ async function persist<T>(
       if (run.writesCancelled) return undefined;
     }
   }
-}
-
-/** Errors that mean "the database is away", worth retrying: no SQLSTATE, or classes 08/57P/53. */
-export function isConnectionError(error: unknown): boolean {
-  if (error instanceof DatabaseError)
-    return error.sqlState === undefined || /^(08|57P|53)/.test(error.sqlState);
-  return !(error instanceof SkiplockError);
 }
