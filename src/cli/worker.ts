@@ -16,6 +16,7 @@ interface WorkerFlags {
   pollIntervalMs?: number;
   listen: boolean;
   workerId?: string;
+  reapIntervalMs?: number;
   stopTimeoutMs: number;
 }
 
@@ -38,6 +39,11 @@ export function registerWorker(program: Command): void {
     )
     .option('--no-listen', 'poll instead of LISTEN (behind PgBouncer in transaction mode)')
     .option('--worker-id <id>', 'owner name in leases (default: host-pid-random)')
+    .option(
+      '--reap-interval-ms <n>',
+      'how often this worker reclaims expired leases (default 30000)',
+      positiveInt,
+    )
     .option(
       '--stop-timeout-ms <n>',
       'on SIGINT/SIGTERM, wait this long for running jobs (default 30000)',
@@ -75,6 +81,7 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
         ...(flags.leaseMs === undefined ? {} : { leaseMs: flags.leaseMs }),
         ...(flags.pollIntervalMs === undefined ? {} : { pollIntervalMs: flags.pollIntervalMs }),
         ...(flags.workerId === undefined ? {} : { workerId: flags.workerId }),
+        ...(flags.reapIntervalMs === undefined ? {} : { reapIntervalMs: flags.reapIntervalMs }),
         listen: flags.listen,
       });
       report(worker, options.verbose === true);

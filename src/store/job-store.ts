@@ -162,7 +162,7 @@ export class JobStore {
   }
 
   async reap(db: Executor): Promise<string[]> {
-    const rows = await this.run<{ id: string }>(db, this.sql.reap, []);
+    const rows = await this.run<{ id: string }>(db, this.sql.reap, [this.channel]);
     return rows.map((row) => String(row.id));
   }
 

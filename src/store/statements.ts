@@ -189,22 +189,28 @@ export function buildStatements(s: string) {
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
      * reclaimed; SKIP LOCKED so concurrent reapers never block each other or an owner that is
      * finishing; the outer WHERE re-checks (§1.2). A crash spends the attempt (poison jobs die).
+     * $1 channel.
      */
     reap: `
       WITH expired AS MATERIALIZED (
         SELECT id FROM ${jobs}
         WHERE status = 'running' AND lease_until < now()
         FOR UPDATE SKIP LOCKED
+      ), reaped AS (
+        UPDATE ${jobs} SET
+          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                        WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+          run_after = now(),
+          last_error = format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
+                              worker_id, attempts, max_attempts, lease_until),
+          lease_until = NULL, worker_id = NULL, updated_at = now()
+        WHERE id IN (SELECT id FROM expired) AND status = 'running' AND lease_until < now()
+        RETURNING id, status
+      ), notified AS (
+        -- §1.9 jobs back to pending wake idle workers (not only the reaping one)
+        SELECT pg_notify($1, 'jobs') FROM (SELECT 1 FROM reaped WHERE status = 'pending' LIMIT 1) AS any_pending
       )
-      UPDATE ${jobs} SET
-        status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                      WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-        run_after = now(),
-        last_error = format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
-                            worker_id, attempts, max_attempts, lease_until),
-        lease_until = NULL, worker_id = NULL, updated_at = now()
-      WHERE id IN (SELECT id FROM expired) AND status = 'running' AND lease_until < now()
-      RETURNING id::text AS id`,
+      SELECT id::text AS id, (SELECT count(*) FROM notified) AS notified FROM reaped`,
 
     /** §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. */
     requeue: `

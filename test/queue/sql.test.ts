@@ -11,6 +11,7 @@ import { describe, expect, test } from 'vitest';
 import { QueueClosedError, ValidationError } from '../../src/errors.js';
 import { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 
@@ -113,7 +114,7 @@ describe('store SQL', () => {
   });
 
   test('a user-supplied pool is used and left open by close()', async () => {
-    const queue = new Queue({ pool: db.pool as never });
+    const queue = new Queue({ pool: db.pool as never, schema: TEST_SCHEMA });
     await queue.enqueue('own.pool', {});
     await queue.close();
     expect((await db.pool.query('SELECT 1 AS one')).rows[0].one).toBe(1);
