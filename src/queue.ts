@@ -66,6 +66,11 @@ export interface QueueOptions {
    * off; `{ maxBatch, maxConcurrent }` tunes it (default 1,000 jobs, 2 batches in flight).
    */
   batchEnqueue?: boolean | { maxBatch?: number; maxConcurrent?: number };
+  /**
+   * Run statements on the pool as named prepared statements (default true). Turn off behind a
+   * transaction-pooling proxy (PgBouncer in transaction mode) that does not support them.
+   */
+  preparedStatements?: boolean;
 }
 
 const QUEUE_OPTION_KEYS = [
@@ -79,6 +84,7 @@ const QUEUE_OPTION_KEYS = [
   'poolSize',
   'logger',
   'batchEnqueue',
+  'preparedStatements',
 ];
 const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
 const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
@@ -161,6 +167,10 @@ export class Queue {
       : null;
     if (!this.ownsPool) this.watchPool(opts.pool as pg.Pool);
     this.enqueueBatcher = this.createEnqueueBatcher(opts.batchEnqueue);
+    if (opts.preparedStatements !== undefined && typeof opts.preparedStatements !== 'boolean') {
+      throw new ValidationError('preparedStatements', 'must be true or false');
+    }
+    if (opts.preparedStatements !== false) this.store.prepareOn(this.pool);
   }
 
   private createEnqueueBatcher(setting: QueueOptions['batchEnqueue']): Batcher<NewJob, EnqueueResult> | null {

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { type JobRow, toClaimedJob, toJob } from '../core/job-row.js';
 import type { NewJob } from '../core/job-spec.js';
 import { toDatabaseError } from '../db/database-error.js';
@@ -26,10 +27,26 @@ export class JobStore {
   readonly channel: string;
   private readonly sql: Statements;
 
+  /** Statement text → prepared-statement name (unique per schema). */
+  private readonly names: Map<string, string>;
+  /** The executor on which statements run as named prepared statements (our own pg pool). */
+  private preparedOn: Executor | null = null;
+
   constructor(schema: string) {
     this.schema = schema;
     this.channel = notifyChannel(schema);
     this.sql = buildStatements(quoteIdent(schema));
+    const prefix = `skiplock_${createHash('sha256').update(schema).digest('hex').slice(0, 8)}_`;
+    this.names = new Map(Object.entries(this.sql).map(([key, text]) => [text, `${prefix}${key}`]));
+  }
+
+  /**
+   * Runs every statement on `pool` as a named prepared statement: parsed and planned once per
+   * connection (1.2–1.4× on the claim/complete loop, TECH-NOTES). Off behind PgBouncer in
+   * transaction mode, where a session's prepared statements do not follow the client.
+   */
+  prepareOn(pool: Executor | null): void {
+    this.preparedOn = pool;
   }
 
   /** Inserts one job; `null` on a dedupe hit (the caller then looks the holder up). */
@@ -98,7 +115,10 @@ export class JobStore {
   }
 
   /** Completes many leases in one statement; returns the ids that completed. */
-  async completeMany(db: Executor, items: readonly { lease: Lease; resultJson: string }[]): Promise<Set<string>> {
+  async completeMany(
+    db: Executor,
+    items: readonly { lease: Lease; resultJson: string }[],
+  ): Promise<Set<string>> {
     const rows = await this.run<{ id: string }>(db, this.sql.completeMany, [
       items.map((i) => i.lease.id),
       items.map((i) => i.lease.workerId),
@@ -320,12 +340,20 @@ export class JobStore {
     values: unknown[],
   ): Promise<R[]> {
     try {
-      const result = await db.query(text, values);
+      const name = db === this.preparedOn ? this.names.get(text) : undefined;
+      const result = name
+        ? await (db as unknown as NamedQuery).query({ name, text, values })
+        : await db.query(text, values);
       return result.rows as R[];
     } catch (error) {
       throw toDatabaseError(error, this.schema);
     }
   }
+}
+
+/** pg's query with a QueryConfig (a named prepared statement). */
+interface NamedQuery {
+  query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
 }
 
 function leaseValues(lease: Lease): [string, string, number] {

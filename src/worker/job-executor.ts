@@ -11,13 +11,15 @@ import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
 import { LeaseLostError } from '../errors.js';
 import type { Queue } from '../queue.js';
-import type { BackoffOptions } from '../types.js';
+import type { BackoffOptions, ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
 import type { Handler, JobContext } from './options.js';
 
 export interface ExecutorDeps {
   queue: Queue;
+  /** Completes one job: through the worker's completion batcher, or queue.complete. */
+  complete(lease: ClaimedJob, result: unknown): Promise<boolean>;
   backoff: BackoffOptions | null;
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
   onError(error: unknown, during: string): void;
@@ -99,7 +101,7 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   } else if (outcome.kind === 'result') {
     const unserialisable = resultProblem(outcome.value, job.task);
     if (!unserialisable) {
-      const ok = await persist(run, deps, 'completing a job', () => deps.queue.complete(job, outcome.value));
+      const ok = await persist(run, deps, 'completing a job', () => deps.complete(job, outcome.value));
       if (ok) deps.emit('job:done', { job, result: outcome.value, durationMs });
       else if (ok === false) deps.emit('lease:lost', { job });
       return;

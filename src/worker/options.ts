@@ -75,6 +75,11 @@ export interface WorkerOptions {
   abortGraceMs?: number;
   /** pino-compatible logger; the worker never prints without one. */
   logger?: Logger;
+  /**
+   * Write completions that finish together in one statement, each row still guarded by its
+   * own lease (default true). A completion is written within one turn of the event loop.
+   */
+  batchCompletions?: boolean;
 }
 
 /** Settings after validation and defaults. */
@@ -91,6 +96,7 @@ export interface WorkerSettings {
   abortGraceMs: number;
   backoff: BackoffOptions | null;
   logger: Logger | undefined;
+  batchCompletions: boolean;
 }
 
 const KEYS = [
@@ -108,14 +114,14 @@ const KEYS = [
   'reapIntervalMs',
   'abortGraceMs',
   'logger',
+  'batchCompletions',
 ];
 
 /** Validates the options of a Worker (everything but queue/connection). */
 export function workerSettings(options: WorkerOptions): WorkerSettings {
   const opts = optionsObject(options, 'options');
   rejectUnknownKeys(opts, KEYS, 'options');
-  const listen = opts.listen ?? true;
-  if (typeof listen !== 'boolean') throw new ValidationError('listen', 'must be true or false');
+  const listen = requireBoolean(opts.listen ?? true, 'listen');
   const backoff = opts.backoff === undefined ? null : optionsObject(opts.backoff, 'backoff');
   if (backoff) computeBackoff(1, backoff.baseMs, backoff.capMs, backoff.jitter); // validates
   const tasks = taskMap(opts.tasks);
@@ -141,6 +147,7 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
     abortGraceMs: opts.abortGraceMs === undefined ? 5_000 : requireMs(opts.abortGraceMs, 'abortGraceMs'),
     backoff,
     logger: opts.logger,
+    batchCompletions: requireBoolean(opts.batchCompletions ?? true, 'batchCompletions'),
   };
 }
 
@@ -165,4 +172,9 @@ function taskMap(tasks: unknown): WorkerSettings['tasks'] {
   }
   if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task with its handler');
   return map;
+}
+
+function requireBoolean(value: unknown, field: string): boolean {
+  if (typeof value !== 'boolean') throw new ValidationError(field, 'must be true or false');
+  return value;
 }

@@ -13,6 +13,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
+import { Batcher } from '../core/batcher.js';
 import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
 import { NotificationListener } from '../db/listener.js';
 import { SkiplockError, ValidationError } from '../errors.js';
@@ -94,6 +95,8 @@ export class Worker extends EventEmitter {
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
   private probe: { token: string; timer: NodeJS.Timeout } | null = null;
+  /** Completions that finish together share one statement (each row guarded by its lease). */
+  private readonly completions: Batcher<{ lease: ClaimedJob; result: unknown }, boolean> | null;
   private probes = 0;
 
   constructor(options: WorkerOptions) {
@@ -160,6 +163,12 @@ export class Worker extends EventEmitter {
       },
       onError,
     });
+    this.completions = settings.batchCompletions
+      ? new Batcher(
+          async (items) => (await queue.completeMany(items)).map((value) => ({ ok: true as const, value })),
+          { maxBatch: 1_000, maxConcurrent: 2 },
+        )
+      : null;
     this.listener = settings.listen
       ? new NotificationListener({
           clientConfig: queue.connectionConfig(),
@@ -314,6 +323,8 @@ export class Worker extends EventEmitter {
       });
     const done = execute(run, handler, {
       queue: this.queue,
+      complete: (lease, result) =>
+        this.completions ? this.completions.add({ lease, result }) : this.queue.complete(lease, result),
       backoff: this.settings.backoff,
       emit: (event, payload) => this.count(event) && this.emit(event, payload),
       onError: (error, during) => this.reportError(error, during),
