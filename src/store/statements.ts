@@ -308,8 +308,9 @@ export function buildStatements(s: string) {
 
     /**
      * §7 counts without a full-table count: pending and running exactly through their partial
-     * indexes; dead and cancelled through theirs up to $1 rows, then the index's own estimate;
-     * done exactly while the table is small, else the table's live-row estimate minus the rest.
+     * indexes; each finished status exactly up to $1 rows (through jobs_finished_idx and the
+     * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
+     * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
      * $1 exact limit, $2 schema name.
      */
     counts: `
@@ -317,16 +318,17 @@ export function buildStatements(s: string) {
         SELECT c.oid, c.relname, greatest(c.reltuples, 0)::float8 AS reltuples
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = $2 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
-      ), est AS (
+      ), est AS MATERIALIZED (
         SELECT
           (SELECT greatest(coalesce(pg_stat_get_live_tuples(oid), 0)::float8, reltuples)
              FROM rel WHERE relname = 'jobs') AS table_rows,
           (SELECT reltuples FROM rel WHERE relname = 'jobs_dead_idx') AS dead_rows,
           (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
-      ), exact AS (
+      ), exact AS MATERIALIZED (
         SELECT
           (SELECT count(*) FROM ${jobs} WHERE status = 'pending') AS pending,
           (SELECT count(*) FROM ${jobs} WHERE status = 'running') AS running,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT $1) d) AS done,
           (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT $1) d) AS dead,
           (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT $1) c) AS cancelled
       )
@@ -335,11 +337,12 @@ export function buildStatements(s: string) {
                   ELSE greatest(exact.dead::float8, est.dead_rows) END AS dead,
              CASE WHEN exact.cancelled < $1 THEN exact.cancelled::float8
                   ELSE greatest(exact.cancelled::float8, est.cancelled_rows) END AS cancelled,
-             CASE WHEN est.table_rows <= $1 THEN (SELECT count(*) FROM ${jobs} WHERE status = 'done')::float8
-                  ELSE greatest(0, est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
+             CASE WHEN exact.done < $1 THEN exact.done::float8
+                  ELSE greatest(exact.done::float8,
+                                est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
              END AS done,
-             (exact.dead >= $1) AS dead_estimated, (exact.cancelled >= $1) AS cancelled_estimated,
-             (est.table_rows > $1) AS done_estimated
+             (exact.done >= $1) AS done_estimated, (exact.dead >= $1) AS dead_estimated,
+             (exact.cancelled >= $1) AS cancelled_estimated
       FROM exact, est`,
 
     /** Live jobs by queue and status (pending and running rows only, §7). */

@@ -3,8 +3,8 @@
  * count of finished rows.
  *
  * Deliberate break seen failing: replacing the counts statement with the seed's
- * `count(*) FILTER (…) FROM jobs` made "ops() reads no finished rows" fail (the plan walked
- * every row of the table).
+ * `count(*) FILTER (…) FROM jobs` made "ops() reads a bounded number of rows" fail (the plan
+ * walked every row of the table).
  */
 import { describe, expect, test } from 'vitest';
 import { useTestDatabase } from '../support/database.js';
@@ -126,7 +126,7 @@ describe('observability', () => {
     });
   });
 
-  test('ops() reads no finished rows: its plan stays small on a table of finished jobs', async () => {
+  test('ops() reads a bounded number of rows on a table of finished jobs', async () => {
     const queue = db.queue({ schema: 'big' });
     await queue.migrate();
     const jobs = '"big".jobs';
@@ -149,8 +149,9 @@ describe('observability', () => {
             : String(values[Number(n) - 1]),
         ),
       );
+      // Bounded by the exact-count limit (10,000 per finished status), never the 60,000 done rows.
       const rowsRead = sumRows(plan[0]?.['QUERY PLAN']);
-      expect(rowsRead, `${name} read ${rowsRead} rows`).toBeLessThan(2_000);
+      expect(rowsRead, `${name} read ${rowsRead} rows`).toBeLessThan(12_000);
     }
   });
 });
