@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import * as fs from 'node:fs/promises';
 import * as path from 'node:path';
 
@@ -31,11 +32,7 @@ export async function clearStalePid(dataDir: string): Promise<StaleServer> {
 }
 
 async function isPostgres(pid: number): Promise<boolean> {
-  try {
-    process.kill(pid, 0);
-  } catch {
-    return false;
-  }
+  if (!alive(pid)) return false;
   try {
     return (await fs.readFile(`/proc/${pid}/cmdline`, 'utf8')).includes('postgres');
   } catch {
@@ -54,11 +51,26 @@ async function stopProcess(pid: number): Promise<void> {
   };
   signal('SIGINT');
   const deadline = Date.now() + 15_000;
-  while (signal(0 as unknown as NodeJS.Signals)) {
+  while (alive(pid)) {
     if (Date.now() > deadline) {
       signal('SIGKILL');
       break;
     }
     await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** Running, and not a zombie waiting for its parent to reap it (that one has exited already). */
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return true; // no /proc: trust kill(0)
   }
 }

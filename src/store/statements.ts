@@ -345,11 +345,14 @@ export function buildStatements(s: string) {
              (exact.cancelled >= $1) AS cancelled_estimated
       FROM exact, est`,
 
-    /** Live jobs by queue and status (pending and running rows only, §7). */
+    /**
+     * Live jobs by queue and status, §7: one branch per status so each reads only its partial
+     * index's rows (a single `status IN (…)` cannot use the partial indexes and scans the table).
+     */
     liveByQueue: `
-      SELECT queue, status, count(*)::float8 AS n FROM ${jobs}
-      WHERE status IN ('pending', 'running')
-      GROUP BY queue, status`,
+      SELECT queue, 'pending' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'pending' GROUP BY queue
+      UNION ALL
+      SELECT queue, 'running' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'running' GROUP BY queue`,
 
     /**
      * Finished jobs per time bucket over the last $2 ms, through jobs_finished_idx (§7).

@@ -30,6 +30,8 @@ export class ClaimLoop {
   private pass: Promise<void> | null = null;
   private pollTimer: NodeJS.Timeout | null = null;
   private dueTimer: NodeJS.Timeout | null = null;
+  /** When the due timer fires (Date.now() time); meaningful while dueTimer is set. */
+  private dueAt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
   private failures = 0;
 
@@ -59,6 +61,14 @@ export class ClaimLoop {
   wake(): void {
     this.mayHaveWork = true;
     this.request();
+  }
+
+  /** A job of ours becomes due in `ms` (a retry's backoff): wake then, if nothing wakes us sooner. */
+  wakeIn(ms: number): void {
+    if (this.stopped) return;
+    const at = Date.now() + ms;
+    if (this.dueTimer && this.dueAt <= at) return;
+    this.setDueTimer(ms);
   }
 
   /** A slot was freed: claim again if jobs may be waiting. */
@@ -118,13 +128,17 @@ export class ClaimLoop {
     if (this.dueTimer) clearTimeout(this.dueTimer);
     this.dueTimer = null;
     if (ms === null || this.stopped) return;
-    this.dueTimer = setTimeout(
-      () => {
-        this.dueTimer = null;
-        this.wake();
-      },
-      Math.min(Math.ceil(ms), MAX_TIMER_MS),
-    );
+    this.setDueTimer(ms);
+  }
+
+  private setDueTimer(ms: number): void {
+    if (this.dueTimer) clearTimeout(this.dueTimer);
+    const delay = Math.min(Math.ceil(ms), MAX_TIMER_MS);
+    this.dueAt = Date.now() + delay;
+    this.dueTimer = setTimeout(() => {
+      this.dueTimer = null;
+      this.wake();
+    }, delay);
   }
 
   /** A failed claim (database away?): retry with backoff, 100 ms doubling to 5 s. */

@@ -326,7 +326,12 @@ export class Worker extends EventEmitter {
       complete: (lease, result) =>
         this.completions ? this.completions.add({ lease, result }) : this.queue.complete(lease, result),
       backoff: this.settings.backoff,
-      emit: (event, payload) => this.count(event) && this.emit(event, payload),
+      emit: (event, payload) => {
+        this.count(event);
+        // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
+        if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
+        this.emit(event, payload);
+      },
       onError: (error, during) => this.reportError(error, during),
     })
       .catch((error: unknown) => this.reportError(error, `running job ${job.id}`))
@@ -340,7 +345,7 @@ export class Worker extends EventEmitter {
     this.settled.set(job.id, done);
   }
 
-  private count(event: keyof WorkerEvents): true {
+  private count(event: keyof WorkerEvents): void {
     const key = (
       {
         'job:done': 'done',
@@ -352,7 +357,6 @@ export class Worker extends EventEmitter {
       } as const
     )[event as 'job:done'];
     if (key) this.counters[key]++;
-    return true;
   }
 
   private leaseLost(run: JobRun): void {

@@ -144,7 +144,7 @@ function svg(tag, attrs = {}, text) {
   return node;
 }
 
-function chartFrame(container, maxValue) {
+function chartFrame(container, maxValue, spanMs = 3600000) {
   const width = container.clientWidth || 400;
   const height = container.clientHeight || 150;
   const pad = { left: 34, right: 8, top: 8, bottom: 18 };
@@ -155,7 +155,7 @@ function chartFrame(container, maxValue) {
   );
   root.append(svg('text', { x: 2, y: plot.y + 8 }, number(maxValue)));
   root.append(svg('text', { x: 2, y: plot.y + plot.h }, '0'));
-  root.append(svg('text', { x: plot.x, y: height - 4 }, '−60 min'));
+  root.append(svg('text', { x: plot.x, y: height - 4 }, `−${Math.round(spanMs / 60000)} min`));
   root.append(svg('text', { x: plot.x + plot.w - 20, y: height - 4 }, 'now'));
   return { root, plot };
 }
@@ -164,8 +164,10 @@ function renderDepth(samples) {
   const container = $('depth-chart');
   const now = Date.now();
   const max = Math.max(1, ...samples.map((s) => Math.max(s.pending, s.running)));
-  const { root, plot } = chartFrame(container, max);
-  const x = (t) => plot.x + plot.w * (1 - (now - t) / 3600000);
+  // Samples exist only since the server started: span what there is (5 to 60 minutes).
+  const span = Math.min(3600000, Math.max(300000, now - (samples[0]?.t ?? now)));
+  const { root, plot } = chartFrame(container, max, span);
+  const x = (t) => plot.x + plot.w * (1 - (now - t) / span);
   const y = (v) => plot.y + plot.h * (1 - v / max);
   if (samples.length < 2) {
     root.append(

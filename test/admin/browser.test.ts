@@ -1,0 +1,455 @@
+/**
+ * The web dashboard in a real headless Chromium (SPEC §5): it loads, shows the same counts as
+ * the database, filters by a count card, opens a dead job (payload, last error), requeues it
+ * through the confirm dialog and shows it pending (in the dialog, the list and the database),
+ * is usable from the keyboard, asks for the token when the server needs one, and logs no error
+ * (a CSP violation or a failed request would). It saves the screenshots the README shows:
+ * docs/dashboard.png (the page with a realistic mix of jobs) and docs/dashboard-job.png (the
+ * detail dialog of a dead job).
+ *
+ * Deliberate breaks seen failing (each in a private copy of the repository):
+ * - app.js: the requeue button calling `act('cancel')`: "requeue a dead job" failed at the confirm
+ *   dialog ("Cancel job 747? …" instead of "Requeue job 747?");
+ * - app.js: no click handler on the count cards: the dead filter was never applied (the row ids
+ *   never became the dead jobs' ids);
+ * - app.js: `renderDetail` showing `job.result` as the payload: the payload check got `null`.
+ * The token-form checks caught style.css's `.token { display: flex }` overriding the `hidden`
+ * attribute (the form showed on every server, and stayed after the token was entered); fixed by
+ * a `[hidden] { display: none !important }` rule.
+ *
+ * Needs Chromium at /usr/bin/chromium (CI installs it); the file is skipped without it.
+ */
+import { existsSync } from 'node:fs';
+import * as fs from 'node:fs/promises';
+import * as path from 'node:path';
+import { type Browser, chromium, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { type AdminServer, startAdminServer } from '../../src/admin/server.js';
+import type { Queue } from '../../src/queue.js';
+import type { JobStatus } from '../../src/types.js';
+import { useTestDatabase } from '../support/database.js';
+import { REPO_ROOT } from '../support/spawn.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const HAS_CHROMIUM = existsSync(CHROMIUM);
+const SCREENSHOT = path.join(REPO_ROOT, 'docs', 'dashboard.png');
+const SCREENSHOT_JOB = path.join(REPO_ROOT, 'docs', 'dashboard-job.png');
+const STATUSES: JobStatus[] = ['pending', 'running', 'done', 'dead', 'cancelled'];
+
+if (!HAS_CHROMIUM) {
+  console.warn(
+    `browser.test.ts skipped: no Chromium at ${CHROMIUM} (CI installs it: apt-get install chromium)`,
+  );
+}
+
+const db = useTestDatabase();
+
+/** A small deterministic PRNG, so the seeded mix (and the screenshot) is the same every run. */
+function random(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const REPORT_ERROR = 'upstream 503: the reports service is unavailable';
+const REPORT_STACK = [
+  '    at fetchReportData (file:///app/tasks/reports.js:42:11)',
+  '    at async generateReport (file:///app/tasks/reports.js:17:18)',
+  '    at async execute (file:///app/node_modules/skiplock/dist/worker/job-executor.js:58:20)',
+].join('\n');
+
+interface Row {
+  task: string;
+  queue: string;
+  status: JobStatus;
+  priority: number;
+  payload: unknown;
+  result: unknown;
+  attempts: number;
+  maxAttempts: number;
+  lastError: string | null;
+  agoSec: number;
+}
+
+/**
+ * An hour of history: ~600 finished jobs with a rate that rises and falls, some dead ones with
+ * real-looking errors, a few cancelled; then live jobs in several queues (due, overdue,
+ * scheduled), three running (claimed by a worker id) and a dead job made through the real path
+ * (enqueue, claim, fail). Returns the id of that dead job.
+ */
+async function seedRealisticMix(queue: Queue): Promise<{ deadId: string; deadPayload: unknown }> {
+  const rand = random(42);
+  const pick = <T>(items: T[]) => items[Math.floor(rand() * items.length)] as T;
+  const rows: Row[] = [];
+  let n = 1000;
+  const finished = (status: JobStatus, agoSec: number): Row => {
+    n++;
+    const kind = pick(['email', 'email', 'email', 'image', 'image', 'payment', 'reminder']);
+    const base =
+      kind === 'email'
+        ? {
+            task: 'email.send',
+            queue: 'default',
+            payload: { to: `user${n}@example.com`, template: pick(['welcome', 'receipt', 'digest']) },
+            result: { messageId: `msg_${n.toString(36)}` },
+          }
+        : kind === 'image'
+          ? {
+              task: 'image.resize',
+              queue: 'media',
+              payload: { image: `uploads/photo-${n}.jpg`, width: pick([320, 800, 1600]) },
+              result: { width: 800, height: 600 },
+            }
+          : kind === 'payment'
+            ? {
+                task: 'payment.capture',
+                queue: 'payments',
+                payload: {
+                  invoice: `INV-2026-${n}`,
+                  amount: Math.round(rand() * 50000) / 100,
+                  currency: 'EUR',
+                },
+                result: { captured: true },
+              }
+            : {
+                task: 'reminder.send',
+                queue: 'default',
+                payload: { user: n, reminder: 'trial-ends' },
+                result: { reminded: true },
+              };
+    if (status === 'dead') {
+      const deadline = rand() < 0.5;
+      return {
+        task: deadline ? 'webhook.deliver' : 'report.generate',
+        queue: deadline ? 'default' : 'reports',
+        status,
+        priority: 100,
+        payload: deadline
+          ? { url: 'https://hooks.example.com/orders', event: 'order.paid', order: n }
+          : { month: '2026-10', format: 'pdf', account: n % 7 },
+        result: null,
+        attempts: 3,
+        maxAttempts: 3,
+        lastError: deadline
+          ? 'JobDeadlineExceeded: the job ran longer than its timeout of 1500 ms'
+          : `Error: ${REPORT_ERROR}\n${REPORT_STACK}`,
+        agoSec,
+      };
+    }
+    return {
+      ...base,
+      status,
+      priority: base.task === 'payment.capture' ? 10 : 100,
+      result: status === 'done' ? base.result : null,
+      attempts: status === 'cancelled' ? 0 : 1,
+      maxAttempts: 3,
+      lastError: status === 'cancelled' ? 'Cancelled by an operator' : null,
+      agoSec,
+    };
+  };
+  // The last hour, oldest first (ids grow with time), at a rate that rises and falls.
+  for (let minute = 59; minute >= 1; minute--) {
+    const perMinute = Math.round(9 + 6 * Math.sin(minute / 7) + rand() * 4);
+    for (let i = 0; i < perMinute; i++) {
+      const agoSec = minute * 60 - Math.floor((i * 60) / perMinute);
+      const roll = rand();
+      rows.push(finished(roll < 0.025 ? 'dead' : roll < 0.035 ? 'cancelled' : 'done', agoSec));
+    }
+  }
+  await insertRows(rows);
+
+  // The newest jobs, the top of the list: a live mix.
+  const live = async (task: string, payload: unknown, options: Parameters<Queue['enqueue']>[2] = {}) =>
+    (await queue.enqueue(task, payload, options)).id;
+  for (let i = 0; i < 3; i++)
+    await live('account.sync', { account: 100 + i }, { dedupeKey: `account:${100 + i}` });
+  await insertRows([finished('done', 40), finished('done', 25), finished('dead', 20), finished('done', 12)]);
+  for (let i = 0; i < 4; i++) await live('email.send', { to: `new${i}@example.com`, template: 'welcome' });
+  await live('image.resize', { image: 'uploads/banner.png', width: 1600 }, { queue: 'media' });
+  await live('reminder.send', { user: 7, reminder: 'trial-ends' }, { delayMs: 15 * 60_000 });
+  await live(
+    'payment.capture',
+    { invoice: 'INV-2026-7781', amount: 129, currency: 'EUR' },
+    { queue: 'payments', priority: 10 },
+  );
+  const cancelled = await live('email.send', { to: 'unsubscribed@example.com', template: 'digest' });
+  await queue.cancel(cancelled);
+  for (let i = 0; i < 3; i++)
+    await live('image.resize', { image: `uploads/gallery-${i}.jpg`, width: 800 }, { queue: 'media' });
+  await live('reminder.send', { user: 9, reminder: 'renewal' }, { delayMs: 45 * 60_000 });
+
+  // The dead job the test opens, through the real path.
+  const deadPayload = { month: '2026-11', format: 'pdf', account: 42 };
+  const deadId = await live('report.generate', deadPayload, { queue: 'reports', maxAttempts: 1 });
+  const [claimed] = await queue.claim('worker-reports-1', { tasks: ['report.generate'] });
+  expect(claimed?.id).toBe(deadId);
+  // A production-looking stack (the real one would show this test's paths in the screenshot).
+  const error = new Error(REPORT_ERROR);
+  error.stack = `Error: ${REPORT_ERROR}\n${REPORT_STACK}`;
+  expect(await queue.fail(claimed!, error)).toBe('dead');
+
+  for (let i = 0; i < 2; i++) await live('email.send', { to: `late${i}@example.com`, template: 'receipt' });
+  await live(
+    'payment.capture',
+    { invoice: 'INV-2026-7790', amount: 48.5, currency: 'EUR' },
+    { queue: 'payments', priority: 10 },
+  );
+  // Two jobs waiting for a few minutes: "oldest due pending" shows it.
+  await db.sql(
+    `UPDATE ${db.jobs} SET run_after = now() - interval '3 minutes', created_at = now() - interval '3 minutes'
+     WHERE id IN (SELECT id FROM ${db.jobs} WHERE status = 'pending' AND task = 'email.send' ORDER BY id LIMIT 2)`,
+  );
+  // Three jobs running, held by a worker (long leases: nothing expires during the test).
+  const running = await queue.claim('web-1.prod-4242-7f3a9c', {
+    tasks: ['account.sync'],
+    limit: 3,
+    leaseMs: 600_000,
+  });
+  expect(running).toHaveLength(3);
+  return { deadId, deadPayload };
+
+  async function insertRows(list: Row[]) {
+    await db.sql(
+      `INSERT INTO ${db.jobs} (task, queue, status, priority, payload, result, attempts, max_attempts,
+                               last_error, created_at, updated_at, run_after)
+       SELECT r.task, r.queue, r.status, r.priority, r.payload, r.result, r.attempts, r.max_attempts,
+              r.last_error, now() - (r.ago + 1.5) * interval '1 second', now() - r.ago * interval '1 second',
+              now() - (r.ago + 1.5) * interval '1 second'
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[], $6::jsonb[], $7::int[],
+                   $8::int[], $9::text[], $10::float8[])
+            AS r(task, queue, status, priority, payload, result, attempts, max_attempts, last_error, ago)`,
+      [
+        list.map((r) => r.task),
+        list.map((r) => r.queue),
+        list.map((r) => r.status),
+        list.map((r) => r.priority),
+        list.map((r) => JSON.stringify(r.payload)),
+        list.map((r) => (r.result === null ? null : JSON.stringify(r.result))),
+        list.map((r) => r.attempts),
+        list.map((r) => r.maxAttempts),
+        list.map((r) => r.lastError),
+        list.map((r) => r.agoSec),
+      ],
+    );
+  }
+}
+
+/** The number shown on a count card ("1,234" or "~1,234"). */
+async function shownCount(page: Page, status: JobStatus): Promise<number> {
+  const text = await page.locator(`[data-testid="count-${status}"] .value`).textContent();
+  return Number((text ?? '').replace(/[~,]/g, ''));
+}
+
+describe.skipIf(!HAS_CHROMIUM)(
+  `the dashboard in a real browser (needs ${CHROMIUM}; CI installs it)`,
+  { timeout: 90_000 },
+  () => {
+    let browser: Browser;
+    let queue: Queue;
+    let server: AdminServer;
+    let seeded: { deadId: string; deadPayload: unknown };
+    const problems: string[] = [];
+
+    beforeAll(async () => {
+      queue = db.queue();
+      [browser, seeded] = await Promise.all([
+        chromium.launch({
+          executablePath: CHROMIUM,
+          headless: true,
+          args: [
+            '--no-sandbox',
+            '--disable-gpu',
+            '--disable-quic',
+            '--no-first-run',
+            '--disable-background-networking',
+            '--disable-component-update',
+            '--disable-sync',
+          ],
+        }),
+        seedRealisticMix(queue),
+      ]);
+      server = await startAdminServer({ queue, port: 0, token: null, sampleIntervalMs: 200 });
+    }, 60_000);
+
+    afterAll(async () => {
+      await browser?.close();
+      await server?.close();
+    });
+
+    /** A new page at 1366×900; console errors, page errors and failed requests go to `problems`. */
+    async function open(url: string, options: { unauthorizedExpected?: boolean } = {}): Promise<Page> {
+      const context = await browser.newContext({ viewport: { width: 1366, height: 900 }, locale: 'en-US' });
+      const page = await context.newPage();
+      page.on('console', (message) => {
+        if (message.type() !== 'error') return;
+        if (options.unauthorizedExpected && /status of 401 \(Unauthorized\)/.test(message.text())) return;
+        problems.push(`console: ${message.text()}`);
+      });
+      page.on('pageerror', (error) => problems.push(`page error: ${error.message}`));
+      page.on('requestfailed', (request) => problems.push(`request failed: ${request.url()}`));
+      await page.goto(url);
+      return page;
+    }
+
+    test('loads, shows the database counts, and is screenshotted for the README', async () => {
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const counts = await queue.counts();
+      for (const status of STATUSES) expect(await shownCount(page, status), status).toBe(counts[status]);
+      expect(counts).toMatchObject({ running: 3, cancelled: expect.any(Number) });
+      expect(counts.done).toBeGreaterThan(400);
+      expect(counts.dead).toBeGreaterThan(5);
+      // Signals and the queues table.
+      const ops = await queue.ops();
+      await expect
+        .poll(() => page.locator('[data-signal="dead1h"]').textContent())
+        .toBe(ops.dead1h.toLocaleString('en-US'));
+      expect(await page.locator('[data-signal="oldestPendingSec"]').textContent()).toMatch(/^3 min$/);
+      const queueNames = await page.locator('#queues tr td:first-child').allTextContents();
+      expect(queueNames).toEqual(['default', 'media', 'payments']);
+      // The first page of jobs: 25 newest, newest first.
+      const newest = await queue.list({ limit: 25 });
+      const rowIds = await page
+        .locator('#jobs tr')
+        .evaluateAll((rows) => rows.map((row) => row.getAttribute('data-id')));
+      expect(rowIds).toEqual(newest.map((j) => j.id));
+      expect(await page.locator(`[data-testid="job-row-${seeded.deadId}"] .status`).textContent()).toBe(
+        'dead',
+      );
+
+      // Charts drawn from real data: throughput bars, and depth lines once two samples exist.
+      await page.waitForSelector('#throughput-chart svg rect');
+      await page.waitForSelector('#depth-chart svg polyline', { state: 'attached', timeout: 15_000 });
+      await expect.poll(() => page.locator('#connection').textContent()).toBe('live');
+      await page.mouse.move(0, 0);
+      await fs.mkdir(path.dirname(SCREENSHOT), { recursive: true });
+      await page.screenshot({ path: SCREENSHOT, fullPage: true });
+      expect((await fs.stat(SCREENSHOT)).size).toBeGreaterThan(20_000);
+      // Without a token on the server, the token form stays out of sight.
+      expect(await page.locator('body').getAttribute('data-auth-required')).toBe('false');
+      expect(
+        await page.locator('#token-form').isVisible(),
+        'the token form shows on a server without a token',
+      ).toBe(false);
+      await page.context().close();
+    });
+
+    test('filters by the dead card, opens a dead job, requeues it and sees it pending', async () => {
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const deadIds = (await queue.list({ status: 'dead', limit: 25 })).map((j) => j.id);
+
+      await page.click('[data-testid="count-dead"]');
+      await expect.poll(() => page.locator('[data-testid="filter-status"]').inputValue()).toBe('dead');
+      await expect
+        .poll(() =>
+          page.locator('#jobs tr').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-id'))),
+        )
+        .toEqual(deadIds);
+      expect(new Set(await page.locator('#jobs tr .status').allTextContents())).toEqual(new Set(['dead']));
+
+      const id = seeded.deadId;
+      const job = await queue.get(id);
+      // Tall enough that the whole dialog (payload to last error) fits in its screenshot.
+      await page.setViewportSize({ width: 1366, height: 1300 });
+      await page.click(`[data-testid="job-row-${id}"]`);
+      const dialog = page.locator('dialog#detail');
+      await dialog.waitFor({ state: 'visible' });
+      expect(await dialog.getAttribute('data-status')).toBe('dead');
+      expect(await page.locator('#detail-title').textContent()).toBe(`Job ${id} · report.generate`);
+      expect(JSON.parse((await page.locator('[data-testid="detail-payload"]').textContent()) ?? '')).toEqual(
+        seeded.deadPayload,
+      );
+      const shownError = await page.locator('[data-testid="detail-error"]').textContent();
+      expect(shownError).toBe(job?.lastError);
+      expect(shownError).toContain(REPORT_ERROR);
+      expect(await page.locator('[data-testid="detail-result"]').textContent()).toBe('—');
+      expect(await page.locator('[data-testid="requeue"]').isVisible()).toBe(true);
+      expect(await page.locator('[data-testid="cancel"]').isVisible()).toBe(false);
+      await page.mouse.move(0, 0);
+      // The modal is fixed: with the page scrolled, the element screenshot's clip would be offset.
+      await page.evaluate('window.scrollTo(0, 0)');
+      const box = await dialog.boundingBox();
+      expect(box).not.toBeNull();
+      await page.screenshot({ path: SCREENSHOT_JOB, clip: box!, animations: 'disabled' });
+      expect((await fs.stat(SCREENSHOT_JOB)).size).toBeGreaterThan(10_000);
+
+      // Requeue, through the confirm dialog.
+      await page.click('[data-testid="requeue"]');
+      const confirm = page.locator('dialog#confirm');
+      await confirm.waitFor({ state: 'visible' });
+      expect(await page.locator('#confirm-text').textContent()).toContain(`Requeue job ${id}?`);
+      await page.click('[data-testid="confirm-ok"]');
+      await page.waitForSelector('dialog#detail[data-status="pending"]');
+      expect(await page.locator('#action-message').textContent()).toBe('Requeue: done.');
+      expect(await page.locator('[data-testid="requeue"]').isVisible()).toBe(false);
+      expect(await page.locator('[data-testid="cancel"]').isVisible()).toBe(true);
+      expect(await queue.get(id)).toMatchObject({ status: 'pending', attempts: 0 });
+      // The dead list no longer holds it; the pending list does.
+      await page.waitForSelector(`[data-testid="job-row-${id}"]`, { state: 'detached' });
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'hidden' });
+      await page.locator('[data-testid="filter-status"]').selectOption('pending');
+      await expect
+        .poll(() =>
+          page
+            .locator(`[data-testid="job-row-${id}"] .status`)
+            .textContent()
+            .catch(() => ''),
+        )
+        .toBe('pending');
+      expect(await shownCount(page, 'dead')).toBe((await queue.counts()).dead);
+      await page.context().close();
+    });
+
+    test('keyboard: Tab reaches a job row and Enter opens it', async () => {
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const first = (await queue.list({ limit: 1 }))[0];
+      let reached: string | undefined;
+      for (let presses = 0; presses < 40 && !reached; presses++) {
+        await page.keyboard.press('Tab');
+        const focused = page.locator('tr[data-testid^="job-row-"] button:focus');
+        if ((await focused.count()) === 1)
+          reached =
+            (await focused.evaluate((button) => button.closest('tr')?.getAttribute('data-id'))) ?? undefined;
+      }
+      expect(reached, 'Tab never reached a job row').toBe(first?.id);
+      expect(await page.locator(':focus').getAttribute('aria-label')).toBe(`Open job ${first?.id}`);
+      await page.keyboard.press('Enter');
+      const dialog = page.locator('dialog#detail');
+      await dialog.waitFor({ state: 'visible' });
+      expect(await page.locator('#detail-title').textContent()).toBe(`Job ${first?.id} · ${first?.task}`);
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'hidden' });
+      await page.context().close();
+    });
+
+    test('with a token, the page asks for it and then loads', async () => {
+      const guarded = await startAdminServer({ queue, port: 0, token: 's3cret', sampleIntervalMs: 1_000 });
+      try {
+        const page = await open(guarded.url, { unauthorizedExpected: true });
+        const form = page.locator('#token-form');
+        await form.waitFor({ state: 'visible' });
+        await expect.poll(() => page.locator('#connection').textContent()).toBe('token needed');
+        expect(await page.locator('body').getAttribute('data-loaded')).toBeNull();
+        await page.fill('#token-input', 's3cret');
+        await page.press('#token-input', 'Enter');
+        await page.waitForSelector('body[data-loaded="true"]');
+        expect(await form.isVisible()).toBe(false);
+        expect(await shownCount(page, 'running')).toBe(3);
+        await page.context().close();
+      } finally {
+        await guarded.close();
+      }
+    });
+
+    test('no console error, page error or failed request on any page', () => {
+      expect(problems).toEqual([]);
+    });
+  },
+);
