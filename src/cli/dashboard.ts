@@ -1,8 +1,7 @@
 import type { Command } from 'commander';
-import { startAdminServer } from '../admin/server.js';
 import { Queue } from '../queue.js';
 import { type GlobalOptions, requireDatabaseUrl } from './context.js';
-import { positiveInt } from './parse.js';
+import { port } from './parse.js';
 
 interface Flags {
   port: number;
@@ -14,7 +13,7 @@ export function registerDashboard(program: Command): void {
   program
     .command('dashboard')
     .description('serve the web dashboard, the admin API and /metrics')
-    .option('--port <port>', 'TCP port', positiveInt, 4000)
+    .option('--port <port>', 'TCP port (0: any free port)', port, 4000)
     .option(
       '--host <host>',
       'address to bind (without SKIPLOCK_ADMIN_TOKEN, changes need a loopback bind)',
@@ -40,6 +39,7 @@ Examples:
       });
       try {
         await queue.ops(); // fail fast: unreachable database or schema not migrated
+        const { startAdminServer } = await import('../admin/server.js'); // loaded only when serving
         const server = await startAdminServer({ queue, port: flags.port, host: flags.host });
         const auth = process.env.SKIPLOCK_ADMIN_TOKEN
           ? 'bearer token required'

@@ -117,9 +117,13 @@ export function progress(label: string, total: number | null) {
   return {
     update(n: number) {
       const now = Date.now();
-      if (tty) process.stderr.write(`\r${render(n)}`);
-      else if (now - last >= 2_000) process.stderr.write(`${render(n)}\n`);
-      last = now;
+      if (tty) {
+        process.stderr.write(`\r${render(n)}`);
+        last = now;
+      } else if (now - last >= 2_000) {
+        process.stderr.write(`${render(n)}\n`);
+        last = now;
+      }
     },
     done(n: number) {
       if (tty) process.stderr.write(`\r${render(n)}\n`);

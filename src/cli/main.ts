@@ -30,6 +30,17 @@ export function buildProgram(): Command {
     .option('--schema <name>', "schema of Skiplock's tables", 'skiplock')
     .option('--json', 'print JSON instead of text for people')
     .option('--verbose', 'print stack traces of errors')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  $ npx skiplock dev                                  # embedded PostgreSQL, demo worker, dashboard
+  $ DATABASE_URL=postgres://localhost/app skiplock migrate
+  $ skiplock worker --tasks ./tasks.js --concurrency 20
+  $ skiplock ops --watch
+
+Run "skiplock <command> --help" for a command's options and examples.`,
+    )
     .configureOutput({ outputError: (text, write) => write(`skiplock: ${text.replace(/^error: /, '')}`) })
     .exitOverride();
   registerMigrate(program);

@@ -40,3 +40,11 @@ export function json(value: string): unknown {
     );
   }
 }
+
+/** A TCP port, 0 (any free port) to 65535. */
+export function port(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65_535)
+    throw new InvalidArgumentError('must be a port from 0 to 65535');
+  return n;
+}

@@ -250,9 +250,9 @@ export function buildStatements(s: string) {
 
     /** The ids of one keyset batch of dead jobs (the one-by-one fallback of requeueDeadBatch). */
     deadIds: `
-      SELECT id::text AS id FROM ${jobs}
-      WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
-      ORDER BY id LIMIT $3`,
+      SELECT j.id::text AS id FROM ${jobs} AS j
+      WHERE j.status = 'dead' AND ($1::text IS NULL OR j.task = $1) AND j.id > $2::bigint
+      ORDER BY j.id LIMIT $3 -- the bigint id, not the text alias`,
 
     /**
      * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY

@@ -1,0 +1,620 @@
+/**
+ * Guards SPEC §4 end to end: the real `skiplock` command (`node --import tsx src/cli/main.ts`)
+ * spawned against a real PostgreSQL database, with stdout and stderr piped (never a TTY).
+ *
+ * - Every data subcommand with `--json`, its one JSON line parsed and checked against the rows in
+ *   the database: migrate (up to date; a fresh schema gets every migration), enqueue (created; a
+ *   dedupe hit names the holder; --delay/--priority/--max-attempts/--queue/--timeout land in the
+ *   row), get, list (--status/--task/--queue, --limit, --after paging), requeue ID and
+ *   --all-dead [--task] (counts; skips a dead job whose dedupe key is active again), cancel
+ *   (pending, running, finished), prune --older-than 7d (old finished rows only), ops (each count
+ *   and signal against SQL).
+ * - Output for people: list's aligned table with relative times and the next-page hint, get's
+ *   fields, ops's tables, and no ANSI escape when stdout is not a TTY; on a pseudo-TTY (through
+ *   util-linux `script`) colour appears, and NO_COLOR removes it.
+ * - Progress of long operations (requeue --all-dead with and without --task; prune of 12,000 rows,
+ *   3 batches) goes to stderr, never stdout; with --json (requeue of 2,500 rows in 3 batches,
+ *   prune) nothing is printed on stderr at all.
+ * - `--help` of every subcommand exits 0 with examples; durations 30s, 5m, 5s, 7d are accepted.
+ * - The error policy: one line on stderr starting with "skiplock: ", nothing on stdout, exit 2 for
+ *   bad arguments (unknown command, malformed id, bad duration, JSON or status, no database URL),
+ *   3 for no such job (or not in that state), 1 for an unreachable database, and no stack trace
+ *   unless --verbose.
+ *
+ * Deliberate breaks seen failing (in a private copy of the tree, never here):
+ * - src/cli/main.ts printing `error.stack` whatever --verbose: every one-line error failed (a
+ *   stack after the line, "    at " on stderr).
+ * - src/cli/context.ts `print()` ignoring --json (always the text): every JSON.parse failed.
+ * - src/cli/format.ts `useColour` without the isTTY check: the piped list/get/ops output carried
+ *   ANSI codes; without the NO_COLOR check: the pseudo-TTY run with NO_COLOR=1 did.
+ * - src/cli/requeue.ts creating the progress bar also with --json: the --all-dead --json run
+ *   printed progress lines on stderr.
+ * - src/cli/list.ts dropping --after: the "second page" was the first one again.
+ * - src/cli/parse.ts `duration()` returning Number(value) (no units): `enqueue --delay 30s`
+ *   exited 2, and `prune --older-than 7x` was refused only later, by the Queue
+ *   ("olderThanMs: must be …"), instead of as a bad value of --older-than.
+ * - src/cli/main.ts mapping ERR_NOT_FOUND to 1: get of an unknown job, requeue of a pending one
+ *   and cancel of a finished one exited 1 instead of 3.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { beforeAll, describe, expect, test } from 'vitest';
+import type { Queue } from '../../src/queue.js';
+import type { Job, OpsSnapshot } from '../../src/types.js';
+import { useTestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/schema.js';
+import { REPO_ROOT } from '../support/spawn.js';
+import {
+  ANSI,
+  type CliOptions,
+  type CliResult,
+  cliArgs,
+  cliEnv,
+  describeRun,
+  json,
+  ok,
+  oneLineError,
+  runCli,
+} from './run-cli.js';
+
+const db = useTestDatabase();
+let queue: Queue;
+
+beforeAll(() => {
+  queue = db.queue({ poolSize: 4 });
+});
+
+/** `skiplock --schema <test schema> <args>` on this file's database. */
+const run = (args: string[], options: CliOptions = {}) => runCli(args, { url: db.url, ...options });
+
+const SUBCOMMANDS = [
+  'migrate',
+  'worker',
+  'enqueue',
+  'get',
+  'ops',
+  'list',
+  'requeue',
+  'cancel',
+  'prune',
+  'dashboard',
+  'dev',
+];
+
+interface Seed {
+  status?: 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
+  queue?: string;
+  /** SQL interval: how long ago the row was last updated (finished). */
+  age?: string;
+  /** SQL interval added to now() for run_after (pending rows). */
+  runIn?: string;
+  lastError?: string;
+  dedupeKey?: string;
+}
+
+/** Inserts `n` rows of `task` straight into the jobs table; returns their ids in ascending order. */
+async function seed(task: string, n: number, s: Seed = {}): Promise<string[]> {
+  const status = s.status ?? 'pending';
+  const rows = await db.sql<{ id: string }>(
+    `INSERT INTO ${db.jobs} (task, queue, status, attempts, max_attempts, last_error, dedupe_key,
+        run_after, updated_at, created_at)
+     SELECT $1, $2, $3, CASE WHEN $3 IN ('done', 'dead', 'running') THEN 3 ELSE 0 END, 3, $4, $5,
+        now() + $6::interval, now() - $7::interval, now() - $7::interval
+     FROM generate_series(1, $8)
+     RETURNING id::text AS id`,
+    [
+      task,
+      s.queue ?? 'default',
+      status,
+      s.lastError ?? (status === 'dead' ? 'Error: seeded failure' : null),
+      s.dedupeKey ?? null,
+      s.runIn ?? '0 s',
+      s.age ?? '0 s',
+      n,
+    ],
+  );
+  return rows.map((r) => r.id).sort((a, b) => Number(a) - Number(b));
+}
+
+async function row(id: string) {
+  const [found] = await db.sql<{
+    task: string;
+    queue: string;
+    status: string;
+    priority: number;
+    max_attempts: number;
+    attempts: number;
+    timeout_ms: number | null;
+    payload: unknown;
+    dedupe_key: string | null;
+    delay_s: number;
+    cancel_requested: boolean;
+  }>(
+    `SELECT task, queue, status, priority, max_attempts, attempts, timeout_ms, payload, dedupe_key,
+            extract(epoch FROM run_after - created_at)::float8 AS delay_s,
+            cancel_requested_at IS NOT NULL AS cancel_requested
+     FROM ${db.jobs} WHERE id = $1`,
+    [id],
+  );
+  if (!found) throw new Error(`no row ${id}`);
+  return found;
+}
+
+async function statusCounts(where = 'true', values: unknown[] = []): Promise<Record<string, number>> {
+  const rows = await db.sql<{ status: string; n: number }>(
+    `SELECT status, count(*)::int AS n FROM ${db.jobs} WHERE ${where} GROUP BY status`,
+    values,
+  );
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+const ids = (jobs: Job[]) => jobs.map((j) => j.id);
+const desc = (list: string[]) => [...list].sort((a, b) => Number(b) - Number(a));
+const lines = (text: string) => text.replace(/\n$/, '').split('\n');
+
+/** util-linux `script`, to give the CLI a pseudo-TTY (Linux only). */
+const hasScript =
+  process.platform === 'linux' && spawnSync('script', ['--version'], { stdio: 'ignore' }).status === 0;
+
+/** Runs the CLI on a pseudo-TTY through `script`; returns what the terminal showed. */
+async function runOnTty(args: string[], env: Record<string, string | undefined> = {}): Promise<CliResult> {
+  const quote = (s: string) => `'${s.replaceAll("'", `'\\''`)}'`;
+  const command = [process.execPath, ...cliArgs(args)].map(quote).join(' ');
+  return new Promise((resolve, reject) => {
+    const child = spawn('script', ['-qec', command, '/dev/null'], {
+      cwd: REPO_ROOT,
+      env: cliEnv(db.url, env),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => {
+      stdout += c;
+    });
+    child.stderr.setEncoding('utf8').on('data', (c: string) => {
+      stderr += c;
+    });
+    child.once('error', reject);
+    child.once('close', (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+}
+
+// Spawns queue up (run-cli.ts runs a few at a time), so a test's clock starts before its turn.
+describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () => {
+  test('--help of every subcommand exits 0 with examples; the root help lists them all', async () => {
+    const [root, ...helps] = await Promise.all([
+      run(['--help']),
+      ...SUBCOMMANDS.map((name) => run([name, '--help'])),
+    ]);
+    const commands = ok(root)
+      .split('Commands:\n')[1]
+      ?.split('\n')
+      .map((line) => /^ {2}([a-z]+)\b/.exec(line)?.[1])
+      .filter((name): name is string => name !== undefined && name !== 'help');
+    expect(commands?.sort()).toEqual([...SUBCOMMANDS].sort());
+    helps.forEach((help, i) => {
+      const text = ok(help);
+      expect(text, SUBCOMMANDS[i]).toMatch(new RegExp(`^Usage: skiplock ${SUBCOMMANDS[i]}\\b`));
+      expect(text, SUBCOMMANDS[i]).toMatch(/\nExamples:\n {2}\$ /);
+      expect(text, SUBCOMMANDS[i]).not.toMatch(ANSI);
+    });
+  });
+
+  test('bad arguments and failures: one line on stderr, exit 2 / 1, no stack unless --verbose', async () => {
+    const unreachable = 'postgres://127.0.0.1:1/x';
+    const [noDatabase, unknownCommand, malformedId, badDuration, badJson, badStatus, down, downVerbose] =
+      await Promise.all([
+        runCli(['list']), // neither DATABASE_URL nor --database-url
+        run(['frobnicate']),
+        run(['get', 'abc']),
+        run(['prune', '--older-than', '7x']),
+        run(['enqueue', 'cli.bad', '{not json']),
+        run(['list', '--status', 'finished']),
+        // --database-url wins over DATABASE_URL (which points at the live test database).
+        run(['list', '--database-url', unreachable]),
+        run(['--verbose', 'get', '1', '--database-url', unreachable]),
+      ]);
+    oneLineError(noDatabase, 2, /^skiplock: --database-url: no database given: pass --database-url/);
+    oneLineError(unknownCommand, 2, /^skiplock: unknown command 'frobnicate'/);
+    oneLineError(malformedId, 2, /^skiplock: id: must be a job id .*"abc"/);
+    oneLineError(badDuration, 2, /'7x' is invalid.*duration like 30s/);
+    oneLineError(badJson, 2, /'\{not json' is invalid .*must be JSON/);
+    oneLineError(badStatus, 2, /--status: .*"finished"/);
+    oneLineError(down, 1, /^skiplock: .*ECONNREFUSED/);
+    expect(await statusCounts('task = $1', ['cli.bad'])).toEqual({});
+
+    // --verbose: the same first line, then the stack.
+    expect(downVerbose.code, describeRun(downVerbose)).toBe(1);
+    expect(downVerbose.stdout).toBe('');
+    expect(lines(downVerbose.stderr)[0]).toMatch(/^skiplock: .*ECONNREFUSED/);
+    expect(downVerbose.stderr).toMatch(/\n {4}at /);
+  });
+
+  test('migrate --json: up to date in the migrated schema; a new schema gets every migration', async () => {
+    const fresh = `${TEST_SCHEMA} cli`;
+    const [upToDate, created] = await Promise.all([
+      run(['migrate', '--json']),
+      run(['--schema', fresh, 'migrate', '--json'], { schema: false }),
+    ]);
+    const current = json<{ schema: string; applied: number[]; version: number }>(upToDate);
+    expect(current).toEqual({ schema: TEST_SCHEMA, applied: [], version: expect.any(Number) });
+    expect(current.version).toBeGreaterThanOrEqual(2);
+    expect(json(created)).toEqual({
+      schema: fresh,
+      applied: Array.from({ length: current.version }, (_, i) => i + 1),
+      version: current.version,
+    });
+    expect(await db.jobCount(fresh)).toBe(0);
+  });
+
+  test('enqueue --json: created; options land in the row; a dedupe hit names the holder', async () => {
+    const key = 'cli-dedupe-key';
+    const holder = await queue.enqueue('cli.dedupe', { first: true }, { dedupeKey: key });
+    const [plain, delayed, tuned, human, hit] = await Promise.all([
+      run(['enqueue', 'cli.enqueue', '{"to":"ada@example.com","n":[1,2]}', '--json']),
+      run(['enqueue', 'cli.delay', '--delay', '30s', '--json']),
+      run([
+        'enqueue',
+        'cli.tuned',
+        'null',
+        '--priority',
+        '5',
+        '--max-attempts',
+        '2',
+        '--queue',
+        'cli-tuned',
+        '--timeout',
+        '5s',
+        '--json',
+      ]),
+      run(['enqueue', 'cli.human', '"text"', '--delay', '5m']),
+      run(['enqueue', 'cli.dedupe', '{"second":true}', '--dedupe-key', key, '--json']),
+    ]);
+
+    const created = json<{ id: string; created: boolean }>(plain);
+    expect(created).toEqual({ id: expect.stringMatching(/^\d+$/), created: true });
+    expect(await row(created.id)).toMatchObject({
+      task: 'cli.enqueue',
+      queue: 'default',
+      status: 'pending',
+      priority: 100,
+      max_attempts: 3,
+      timeout_ms: null,
+      payload: { to: 'ada@example.com', n: [1, 2] },
+      dedupe_key: null,
+    });
+    expect((await row(created.id)).delay_s).toBeLessThan(1);
+
+    const later = json<{ id: string; created: boolean }>(delayed);
+    expect(later.created).toBe(true);
+    const delayedRow = await row(later.id);
+    expect(delayedRow.delay_s).toBeGreaterThanOrEqual(29.5);
+    expect(delayedRow.delay_s).toBeLessThanOrEqual(31);
+
+    const tunedRow = await row(json<{ id: string }>(tuned).id);
+    expect(tunedRow).toMatchObject({
+      task: 'cli.tuned',
+      queue: 'cli-tuned',
+      priority: 5,
+      max_attempts: 2,
+      timeout_ms: 5_000,
+      payload: null,
+    });
+
+    const humanId = /^Enqueued job (\d+) \(cli\.human\)\.\n$/.exec(ok(human))?.[1];
+    expect(humanId, human.stdout).toBeDefined();
+    const humanRow = await row(humanId as string);
+    expect(humanRow.payload).toBe('text');
+    expect(humanRow.delay_s).toBeGreaterThanOrEqual(299.5);
+    expect(humanRow.delay_s).toBeLessThanOrEqual(301);
+
+    expect(json(hit)).toEqual({ id: holder.id, created: false });
+    expect(await statusCounts('dedupe_key = $1', [key])).toEqual({ pending: 1 });
+  });
+
+  test('get: --json gives the job; the text lists its fields; unknown id exits 3', async () => {
+    const { id } = await queue.enqueue(
+      'cli.get',
+      { to: 'ada', list: [1, 2] },
+      { dedupeKey: 'cli-get', priority: 7 },
+    );
+    const [asJson, asText, unknown] = await Promise.all([
+      run(['get', id, '--json']),
+      run(['get', id]),
+      run(['get', '987654321']),
+    ]);
+    const job = json<Record<string, unknown>>(asJson);
+    expect(job).toMatchObject({
+      id,
+      task: 'cli.get',
+      queue: 'default',
+      status: 'pending',
+      priority: 7,
+      payload: { to: 'ada', list: [1, 2] },
+      result: null,
+      dedupeKey: 'cli-get',
+      attempts: 0,
+      maxAttempts: 3,
+      lastError: null,
+      workerId: null,
+    });
+    expect(Number.isNaN(Date.parse(job.createdAt as string))).toBe(false);
+
+    const text = ok(asText);
+    expect(text).not.toMatch(ANSI);
+    expect(text).toMatch(new RegExp(`^id +${id}$`, 'm'));
+    expect(text).toMatch(/^status +pending$/m);
+    expect(text).toMatch(/^task +cli\.get$/m);
+    expect(text).toMatch(/^priority +7$/m);
+    expect(text).toMatch(/^attempts +0 of 3$/m);
+    expect(text).toMatch(/^dedupe key +cli-get$/m);
+    expect(text).toMatch(/^created +\d{4}-\d\d-\d\dT[\d:.]+Z \((now|\d+ (s|min) ago)\)$/m);
+    expect(text).toMatch(/^ +"to": "ada",$/m); // the payload, pretty-printed and indented
+    // Every field's value starts in the same column.
+    const columns = new Set(
+      lines(text)
+        .filter((line) => /^[a-z]/.test(line))
+        .map((line) => /^[a-z]+(?: [a-z]+)* {2,}/.exec(line)?.[0].length),
+    );
+    expect(columns.size, text).toBe(1);
+
+    oneLineError(unknown, 3, /^skiplock: no job with id 987654321$/m);
+  });
+
+  test('list: --status/--task/--queue filters, --after paging; for people an aligned table', async () => {
+    // Newest first: dead, pending, done[1], done[0].
+    const done = await seed('cli.list', 2, { status: 'done', queue: 'cli-list', age: '3 hours' });
+    const pending = await seed('cli.list', 1, { queue: 'cli-list', runIn: '10 min' });
+    const dead = await seed('cli.list', 1, {
+      status: 'dead',
+      queue: 'cli-list',
+      age: '2 days',
+      lastError: 'Error: kaput\n    at somewhere (file.js:1:1)',
+    });
+    const other = await seed('cli.list.other', 2, { status: 'done', queue: 'cli-list' });
+    const [byTask, doneOfTask, byQueue, page2, table] = await Promise.all([
+      run(['list', '--task', 'cli.list', '--json']),
+      run(['list', '--status', 'done', '--task', 'cli.list', '--json']),
+      run(['list', '--queue', 'cli-list', '--json']),
+      run(['list', '--task', 'cli.list', '--limit', '3', '--after', done[1] as string, '--json']),
+      run(['list', '--task', 'cli.list', '--limit', '3']),
+    ]);
+    const all = desc([...done, ...pending, ...dead]);
+    expect(ids(json<Job[]>(byTask))).toEqual(all);
+    const doneJobs = json<Job[]>(doneOfTask);
+    expect(ids(doneJobs)).toEqual(desc(done));
+    expect(doneJobs.every((j) => j.status === 'done' && j.task === 'cli.list')).toBe(true);
+    expect(ids(json<Job[]>(byQueue))).toEqual(desc([...all, ...other]));
+    expect(ids(json<Job[]>(page2))).toEqual([done[0]]);
+
+    // For people: the first page of 3, then the hint for the next one.
+    const text = ok(table);
+    expect(text).not.toMatch(ANSI);
+    const [header, ...rows] = lines(text);
+    expect(header).toMatch(/^ID +STATUS +TASK +QUEUE +PRIO +TRIES +WHEN +LAST ERROR$/);
+    expect(rows.pop()).toBe(`next page: --after ${done[1]}`);
+    const h = header as string;
+    const at = (line: string, column: string) => line.slice(h.indexOf(column)).split(/ {2,}/)[0];
+    const expected = [
+      [dead[0], 'dead', '3/3', /^2 d ago$/, 'Error: kaput'],
+      [pending[0], 'pending', '0/3', /^in \d+ min$/, ''],
+      [done[1], 'done', '3/3', /^3 h ago$/, ''],
+    ] as const;
+    expect(rows).toHaveLength(expected.length);
+    rows.forEach((line, i) => {
+      const [id, status, tries, when, lastError] = expected[i] as (typeof expected)[number];
+      // ID and PRIO are right-aligned under their headers; the text columns start under theirs.
+      const idWidth = h.indexOf('STATUS') - 2;
+      expect(line.slice(0, idWidth), line).toBe((id as string).padStart(idWidth));
+      expect(at(line, 'STATUS'), line).toBe(status);
+      expect(at(line, 'TASK'), line).toBe('cli.list');
+      expect(at(line, 'QUEUE'), line).toBe('cli-list');
+      expect(line.slice(h.indexOf('PRIO'), h.indexOf('PRIO') + 4), line).toBe(' 100');
+      expect(at(line, 'TRIES'), line).toBe(tries);
+      expect(at(line, 'WHEN'), line).toMatch(when);
+      expect(line.slice(h.indexOf('LAST ERROR')), line).toBe(lastError);
+    });
+    expect(text).not.toContain('somewhere'); // only the first line of the last error
+  });
+
+  test.runIf(hasScript)('colour on a TTY only, and never with NO_COLOR', async () => {
+    await seed('cli.colour', 1, { queue: 'cli-colour' });
+    const [tty, ttyNoColor] = await Promise.all([
+      runOnTty(['list', '--queue', 'cli-colour']),
+      runOnTty(['list', '--queue', 'cli-colour'], { NO_COLOR: '1' }),
+    ]);
+    expect(tty.code, describeRun(tty)).toBe(0);
+    expect(tty.stdout).toContain('\u001b[33mpending\u001b[0m');
+    expect(ttyNoColor.code, describeRun(ttyNoColor)).toBe(0);
+    expect(ttyNoColor.stdout).toMatch(/^ID +STATUS/);
+    expect(ttyNoColor.stdout).not.toMatch(ANSI);
+  });
+
+  test('requeue ID: dead → pending with attempts reset; a job not dead exits 3', async () => {
+    const [dead, deadToo] = await seed('cli.requeue', 2, { status: 'dead' });
+    const [pending] = await seed('cli.requeue', 1);
+    const [asJson, asText, notDead] = await Promise.all([
+      run(['requeue', dead as string, '--json']),
+      run(['requeue', deadToo as string]),
+      run(['requeue', pending as string]),
+    ]);
+    expect(json(asJson)).toEqual({ id: dead, requeued: true });
+    expect(ok(asText)).toBe(`Requeued job ${deadToo}.\n`);
+    for (const id of [dead, deadToo]) {
+      expect(await row(id as string)).toMatchObject({ status: 'pending', attempts: 0 });
+    }
+    oneLineError(notDead, 3, new RegExp(`^skiplock: job ${pending} is pending, not dead$`, 'm'));
+  });
+
+  test('requeue --all-dead --task: counts, skips a held dedupe key; progress on stderr only without --json', async () => {
+    const many = await seed('cli.rq.json', 2_499, { status: 'dead' });
+    const [held] = await seed('cli.rq.json', 1, { status: 'dead', dedupeKey: 'cli-rq-held' });
+    await queue.enqueue('cli.rq.holder', null, { dedupeKey: 'cli-rq-held' });
+    await seed('cli.rq.other', 2, { status: 'dead' });
+    await seed('cli.rq.human', 30, { status: 'dead' });
+    const [asJson, asText] = await Promise.all([
+      run(['requeue', '--all-dead', '--task', 'cli.rq.json', '--json']),
+      run(['requeue', '--all-dead', '--task', 'cli.rq.human']),
+    ]);
+    expect(json(asJson)).toEqual({ requeued: 2_499, skipped: 1 }); // json(): stderr is empty
+    expect(await statusCounts('task = $1', ['cli.rq.json'])).toEqual({ pending: 2_499, dead: 1 });
+    expect((await row(held as string)).status).toBe('dead');
+    expect(await row(many[0] as string)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(await statusCounts('task = $1', ['cli.rq.other'])).toEqual({ dead: 2 });
+
+    expect(asText.code, describeRun(asText)).toBe(0);
+    expect(asText.stdout).toBe('Requeued 30 dead jobs.\n');
+    const progress = lines(asText.stderr);
+    expect(
+      progress.every((line) => /^requeue [\d,]+$/.test(line)),
+      asText.stderr,
+    ).toBe(true);
+    expect(progress.at(-1)).toBe('requeue 30');
+    expect(await statusCounts('task = $1', ['cli.rq.human'])).toEqual({ pending: 30 });
+  });
+
+  test('cancel: pending → cancelled; running → cancellation requested; finished exits 3', async () => {
+    const pending = (await queue.enqueue('cli.cancel', null)).id;
+    const pendingToo = (await queue.enqueue('cli.cancel', null)).id;
+    const runningId = (await queue.enqueue('cli.cancel.running', null)).id;
+    const [claimed] = await queue.claim('cli-test-worker', { tasks: ['cli.cancel.running'] });
+    expect(claimed?.id).toBe(runningId);
+    const [done] = await seed('cli.cancel', 1, { status: 'done' });
+    const [asJson, asText, running, finished] = await Promise.all([
+      run(['cancel', pending, '--json']),
+      run(['cancel', pendingToo]),
+      run(['cancel', runningId, '--json']),
+      run(['cancel', done as string]),
+    ]);
+    expect(json(asJson)).toEqual({ id: pending, cancelled: true, wasRunning: false });
+    expect((await row(pending)).status).toBe('cancelled');
+    expect(ok(asText)).toBe(`Cancelled job ${pendingToo}.\n`);
+    expect((await row(pendingToo)).status).toBe('cancelled');
+    expect(json(running)).toEqual({ id: runningId, cancelled: true, wasRunning: true });
+    expect(await row(runningId)).toMatchObject({ status: 'running', cancel_requested: true });
+    oneLineError(
+      finished,
+      3,
+      new RegExp(`^skiplock: job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
+    );
+    expect((await row(done as string)).status).toBe('done');
+  });
+
+  test('prune --older-than 7d --json: deletes old finished rows only, no progress on stderr', async () => {
+    // The only rows older than 7 days while this group runs (the others are fresh).
+    await seed('cli.prune', 4, { status: 'done', age: '10 days' });
+    await seed('cli.prune', 2, { status: 'dead', age: '10 days' });
+    await seed('cli.prune', 1, { status: 'cancelled', age: '10 days' });
+    await seed('cli.prune', 3, { status: 'done', age: '3 days' });
+    await seed('cli.prune', 2, { status: 'pending', age: '10 days' });
+    await seed('cli.prune', 1, { status: 'running', age: '10 days' });
+    const result = json(await run(['prune', '--older-than', '7d', '--json']));
+    expect(result).toEqual({ deleted: 7, olderThanMs: 7 * 86_400_000 });
+    expect(await statusCounts('task = $1', ['cli.prune'])).toEqual({ done: 3, pending: 2, running: 1 });
+  });
+});
+
+describe('afterwards, on the whole table', { timeout: 120_000 }, () => {
+  test('prune and requeue --all-dead on many rows print progress on stderr; ops matches the table', async () => {
+    await seed('cli.prune.many', 12_000, { status: 'done', age: '30 days' });
+    await seed('cli.ops.stuck', 1, { status: 'running' });
+    await db.sql(
+      `UPDATE ${db.jobs} SET worker_id = 'gone', lease_until = now() - interval '1 minute',
+         run_started_at = now() - interval '5 minutes' WHERE task = 'cli.ops.stuck'`,
+    );
+    await seed('cli.ops.deadline', 1, {
+      status: 'dead',
+      lastError: 'JobDeadlineExceeded: ran past its 5 s deadline',
+    });
+    await seed('cli.ops.due', 1, { runIn: '-90 s' });
+    await seed('cli.requeue.all', 3, { status: 'dead' });
+    // Free the dedupe key that cli.rq.json's skipped dead job waits for: every dead job is then
+    // requeued in plain batches (the one-by-one fallback for taken keys is the --task test's).
+    await db.sql(
+      `UPDATE ${db.jobs} SET status = 'cancelled', updated_at = now()
+       WHERE status IN ('pending', 'running')
+         AND dedupe_key IN (SELECT dedupe_key FROM ${db.jobs} WHERE status = 'dead')`,
+    );
+    const deadBefore = (await statusCounts()).dead ?? 0;
+    expect(deadBefore).toBeGreaterThan(3);
+
+    // Disjoint rows: prune takes old `done` ones, requeue the `dead` ones.
+    const [pruned, requeued] = await Promise.all([
+      run(['prune', '--older-than', '7d', '--status', 'done']),
+      run(['requeue', '--all-dead']),
+    ]);
+    expect(pruned.code, describeRun(pruned)).toBe(0);
+    expect(pruned.stdout).toBe('Deleted 12000 finished jobs older than 7 d.\n');
+    const pruneProgress = lines(pruned.stderr);
+    expect(
+      pruneProgress.every((line) => /^prune [\d,]+$/.test(line)),
+      pruned.stderr,
+    ).toBe(true);
+    expect(pruneProgress[0]).toBe('prune 5,000');
+    expect(pruneProgress.at(-1)).toBe('prune 12,000');
+    expect(await statusCounts('task = $1', ['cli.prune.many'])).toEqual({});
+
+    expect(requeued.code, describeRun(requeued)).toBe(0);
+    expect(requeued.stdout).toBe(`Requeued ${deadBefore} dead jobs.\n`);
+    const bar = lines(requeued.stderr);
+    expect(
+      bar.every((line) => /^requeue [█░]{24} [\d,]+\/[\d,]+$/.test(line)),
+      requeued.stderr,
+    ).toBe(true);
+    const total = deadBefore.toLocaleString('en-US');
+    expect(bar.at(-1)).toBe(`requeue ${'█'.repeat(24)} ${total}/${total}`);
+    expect((await statusCounts()).dead).toBeUndefined();
+
+    // Nothing changes the table any more: ops must agree with it.
+    const [asJson, asText] = await Promise.all([
+      run(['ops', '--json']),
+      run(['ops'], { env: { NO_COLOR: '1' } }),
+    ]);
+    const ops = json<OpsSnapshot>(asJson);
+    const counts = await statusCounts();
+    expect(ops.estimated).toEqual([]);
+    for (const status of ['pending', 'running', 'done', 'dead', 'cancelled'] as const) {
+      expect(ops[status], status).toBe(counts[status] ?? 0);
+    }
+    const [signals] = await db.sql<Record<string, number>>(
+      `SELECT
+         (SELECT count(*)::int FROM ${db.jobs} WHERE status = 'dead' AND updated_at > now() - interval '1 hour') AS dead1h,
+         (SELECT count(*)::int FROM ${db.jobs} WHERE status = 'running'
+            AND (lease_until < now() OR run_started_at < now() - interval '10 minutes')) AS stuck,
+         (SELECT floor(extract(epoch FROM now() - min(run_after)))::int FROM ${db.jobs}
+            WHERE status = 'pending' AND run_after <= now()) AS oldest,
+         (SELECT count(*)::int FROM ${db.jobs} WHERE last_error LIKE 'JobDeadlineExceeded%'
+            AND updated_at > now() - interval '1 hour') AS deadline1h`,
+    );
+    expect(ops.dead1h).toBe(signals?.dead1h);
+    expect(ops.stuckRunning).toBe(signals?.stuck);
+    expect(ops.stuckRunning).toBeGreaterThanOrEqual(1);
+    expect(ops.deadline1h).toBe(signals?.deadline1h);
+    expect(ops.deadline1h).toBeGreaterThanOrEqual(1);
+    expect(ops.oldestPendingSec).toBeGreaterThanOrEqual(90);
+    expect(ops.oldestPendingSec).toBeLessThanOrEqual(signals?.oldest ?? 0);
+
+    const text = ok(asText);
+    expect(text).not.toMatch(ANSI);
+    const [statusBlock, signalBlock] = text.replace(/\n$/, '').split('\n\n') as [string, string];
+    const statusLines = lines(statusBlock);
+    expect(statusLines[0]).toMatch(/^STATUS +JOBS$/);
+    (['pending', 'running', 'done', 'dead', 'cancelled'] as const).forEach((status, i) => {
+      expect(statusLines[i + 1]).toMatch(new RegExp(`^${status} +${ops[status].toLocaleString('en-US')}$`));
+    });
+    const signalLines = lines(signalBlock);
+    expect(signalLines[0]).toMatch(/^SIGNAL +VALUE$/);
+    expect(signalLines.slice(1).map((line) => line.replace(/ +\d+$/, ''))).toEqual([
+      'dead in the last hour',
+      'stuck running',
+      'oldest due pending (s)',
+      'deadline exceeded, last hour',
+    ]);
+    expect(signalLines[1]).toMatch(new RegExp(` ${ops.dead1h}$`));
+    expect(signalLines[2]).toMatch(new RegExp(` ${ops.stuckRunning}$`));
+    expect(signalLines[4]).toMatch(new RegExp(` ${ops.deadline1h}$`));
+    // Right-aligned numbers: every line of a table as wide as its header.
+    for (const block of [statusLines, signalLines]) {
+      expect(new Set(block.map((line) => line.length)).size, block.join('\n')).toBe(1);
+    }
+  });
+});
