@@ -79,6 +79,8 @@ describe('§1.7 dedupe', () => {
   test('a dedupe hit sends no notification and leaves the holder unchanged', async () => {
     const queue = queues[0]!;
     const holder = await queue.enqueue('dedupe.quiet', { v: 1 }, { dedupeKey: 'quiet-key', priority: 5 });
+    // The holder's own wake-up hint (sent right after its commit) arrives first.
+    expect(await listener.next()).toBe('jobs');
     await listener.sync(db.pool);
     const before = await queue.get(holder.id);
     expect(await queue.enqueue('dedupe.quiet', { v: 2 }, { dedupeKey: 'quiet-key', priority: 1 })).toEqual({
