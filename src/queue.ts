@@ -411,8 +411,8 @@ export class Queue {
 
   /**
    * Renews, in one statement, the leases of `workerId`'s running jobs (the worker's heartbeat).
-   * Returns the ids still owned, each with whether its cancellation was requested; a lease
-   * missing from the result is lost.
+   * Returns the leases still owned, keyed `id/attempt`, each with whether its cancellation was
+   * requested; a lease missing from the result is lost.
    */
   async renewLeases(
     workerId: string,

@@ -32,7 +32,7 @@ export async function clearStalePid(dataDir: string): Promise<StaleServer> {
 }
 
 async function isPostgres(pid: number): Promise<boolean> {
-  if (!alive(pid)) return false;
+  if (!isRunning(pid)) return false;
   try {
     return (await fs.readFile(`/proc/${pid}/cmdline`, 'utf8')).includes('postgres');
   } catch {
@@ -51,7 +51,7 @@ async function stopProcess(pid: number): Promise<void> {
   };
   signal('SIGINT');
   const deadline = Date.now() + 15_000;
-  while (alive(pid)) {
+  while (isRunning(pid)) {
     if (Date.now() > deadline) {
       signal('SIGKILL');
       break;
@@ -61,7 +61,7 @@ async function stopProcess(pid: number): Promise<void> {
 }
 
 /** Running, and not a zombie waiting for its parent to reap it (that one has exited already). */
-function alive(pid: number): boolean {
+export function isRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
   } catch {

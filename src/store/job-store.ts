@@ -147,7 +147,10 @@ export class JobStore {
     return rows.length === 1;
   }
 
-  /** Renews every listed lease of `workerId`; returns the ones still owned, with their cancel flag. */
+  /**
+   * Renews every listed lease of `workerId`; returns the ones still owned, keyed `id/attempt`,
+   * with their cancel flag.
+   */
   async renewLeases(
     db: Executor,
     workerId: string,
@@ -155,13 +158,14 @@ export class JobStore {
     leaseMs: number,
   ): Promise<Map<string, { cancelRequested: boolean }>> {
     if (leases.length === 0) return new Map();
-    const rows = await this.run<{ id: string; cancel_requested: boolean }>(db, this.sql.renewLeases, [
-      workerId,
-      leases.map((l) => l.id),
-      leases.map((l) => l.attempt),
-      leaseMs,
-    ]);
-    return new Map(rows.map((row) => [String(row.id), { cancelRequested: row.cancel_requested }]));
+    const rows = await this.run<{ id: string; attempts: number; cancel_requested: boolean }>(
+      db,
+      this.sql.renewLeases,
+      [workerId, leases.map((l) => l.id), leases.map((l) => l.attempt), leaseMs],
+    );
+    return new Map(
+      rows.map((row) => [`${row.id}/${Number(row.attempts)}`, { cancelRequested: row.cancel_requested }]),
+    );
   }
 
   async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {
@@ -177,7 +181,7 @@ export class JobStore {
   }
 
   async release(db: Executor, lease: Lease): Promise<boolean> {
-    const rows = await this.run(db, this.sql.release, leaseValues(lease));
+    const rows = await this.run(db, this.sql.release, [...leaseValues(lease), this.channel]);
     return rows.length === 1;
   }
 

@@ -152,7 +152,7 @@ export function buildStatements(s: string) {
       UPDATE ${jobs} AS j SET lease_until = now() + $4::float8 * interval '1 millisecond'
       FROM unnest($2::bigint[], $3::int[]) AS l(id, attempt)
       WHERE j.id = l.id AND j.status = 'running' AND j.worker_id = $1 AND j.attempts = l.attempt
-      RETURNING j.id::text AS id, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
+      RETURNING j.id::text AS id, j.attempts, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
 
     /**
      * §1.2/§1.3 running → cancelled for the owner of a job whose cancellation was requested,
@@ -178,12 +178,16 @@ export function buildStatements(s: string) {
      * was requested ends cancelled instead of running again.
      */
     release: `
-      UPDATE ${jobs} SET
-        status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
-        attempts = attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
-        updated_at = now()
-      WHERE ${LEASE_GUARD}
-      RETURNING id`,
+      WITH released AS (
+        UPDATE ${jobs} SET
+          status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+          attempts = attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
+          updated_at = now()
+        WHERE ${LEASE_GUARD}
+        RETURNING id, status
+      )
+      -- §1.9 a job put back wakes an idle worker (a rolling deploy hands work over at once)
+      SELECT id, CASE WHEN status = 'pending' THEN pg_notify($4, 'jobs') END AS notified FROM released`,
 
     /**
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are

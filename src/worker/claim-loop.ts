@@ -125,9 +125,10 @@ export class ClaimLoop {
       this.deps.onError(error, 'reading the next due time');
       return;
     }
-    if (this.dueTimer) clearTimeout(this.dueTimer);
-    this.dueTimer = null;
+    // Keep a timer that is due sooner: the read may be older than a retry armed meanwhile
+    // (wakeIn), and a stale wake-up costs one empty claim, a missed one a whole poll interval.
     if (ms === null || this.stopped) return;
+    if (this.dueTimer && this.dueAt <= Date.now() + ms) return;
     this.setDueTimer(ms);
   }
 

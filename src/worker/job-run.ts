@@ -28,6 +28,8 @@ export type HandlerOutcome =
 
 export class JobRun {
   readonly job: ClaimedJob;
+  /** `id/attempt`: one claim of one job. */
+  readonly key: string;
   readonly timeoutMs: number | null;
   readonly startedAt = performance.now();
   readonly controller = new AbortController();
@@ -59,6 +61,7 @@ export class JobRun {
     claimedAt: number,
   ) {
     this.job = job;
+    this.key = `${job.id}/${job.attempt}`;
     this.timeoutMs = timeoutMs;
     this.graceMs = graceMs;
     this.leaseExpiresAt = claimedAt + leaseMs;

@@ -59,7 +59,7 @@ export class LeaseKeeper {
       return;
     }
     for (const run of runs) {
-      const lease = owned.get(run.job.id);
+      const lease = owned.get(run.key);
       if (lease) {
         run.leaseExpiresAt = sentAt + this.deps.leaseMs;
         if (lease.cancelRequested) this.deps.onCancelRequested(run);

@@ -77,6 +77,7 @@ export class Worker extends EventEmitter {
   readonly queue: Queue;
   private readonly settings: WorkerSettings;
   private readonly ownsQueue: boolean;
+  /** Running jobs by `id/attempt`: an old attempt still winding down never hides the new one. */
   private readonly runs = new Map<string, JobRun>();
   private readonly claimLoop: ClaimLoop;
   private readonly keeper: LeaseKeeper;
@@ -300,7 +301,7 @@ export class Worker extends EventEmitter {
   private readonly settled = new Map<string, Promise<void>>();
 
   private settledOf(run: JobRun): Promise<void> {
-    return this.settled.get(run.job.id) ?? Promise.resolve();
+    return this.settled.get(run.key) ?? Promise.resolve();
   }
 
   /** Starts a claimed job in a free slot. */
@@ -315,7 +316,7 @@ export class Worker extends EventEmitter {
       claimedAt,
     );
     this.counters.claimed++;
-    this.runs.set(job.id, run);
+    this.runs.set(run.key, run);
     const handler =
       task?.handler ??
       (() => {
@@ -338,11 +339,11 @@ export class Worker extends EventEmitter {
       .finally(() => {
         run.phase = 'finished';
         run.clearTimers();
-        this.runs.delete(job.id);
-        this.settled.delete(job.id);
+        this.runs.delete(run.key);
+        this.settled.delete(run.key);
         this.claimLoop.slotFreed();
       });
-    this.settled.set(job.id, done);
+    this.settled.set(run.key, done);
   }
 
   private count(event: keyof WorkerEvents): void {
@@ -368,7 +369,8 @@ export class Worker extends EventEmitter {
 
   private notified(payload: string): void {
     if (payload.startsWith('cancel:')) {
-      this.runs.get(payload.slice('cancel:'.length))?.abort('cancel');
+      const id = payload.slice('cancel:'.length);
+      for (const run of this.runs.values()) if (run.job.id === id) run.abort('cancel');
     } else if (payload.startsWith('probe:')) {
       if (this.probe?.token === payload) {
         clearTimeout(this.probe.timer);

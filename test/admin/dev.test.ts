@@ -22,6 +22,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, test } from 'vitest';
+import { isRunning } from '../../src/embedded/stale-server.js';
 import { jobsTable, TEST_SCHEMA } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
 
@@ -53,15 +54,8 @@ function dataDirOf(folder: string): string {
   return path.join(folder, 'data');
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false;
-    throw error;
-  }
-}
+/** Running and not a zombie (an exited orphan waits for init to reap it). */
+const alive = isRunning;
 
 /** The postmaster's pid, from the first line of `<dataDir>/pgdata/postmaster.pid`. */
 async function postmasterPid(dir: string): Promise<number> {

@@ -13,6 +13,7 @@ import * as path from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, test } from 'vitest';
 import { startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
+import { isRunning } from '../../src/embedded/stale-server.js';
 import { REPO_ROOT } from '../support/spawn.js';
 
 const folders: string[] = [];
@@ -35,14 +36,8 @@ async function query(url: string, text: string): Promise<unknown[]> {
   }
 }
 
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-}
+/** Running and not a zombie (an exited orphan waits for init to reap it). */
+const alive = isRunning;
 
 describe('embedded PostgreSQL', () => {
   test('a persistent data folder is reused by the next start', async () => {

@@ -1,0 +1,286 @@
+/**
+ * Transactional completion — `ctx.transaction(fn)` runs the handler's own writes and the job's
+ * completion in one transaction: both commit or neither does. A throw inside it, a commit that
+ * fails, a deadline that passes inside it, or a lease lost before the commit (whether the
+ * worker has noticed yet or not) leaves no row of the handler's and no `done` job.
+ *
+ * Deliberate breaks seen failing (in a private copy of src/):
+ *  - completeInTransaction() calling `queue.complete(run.job, result)` without `{ client }`
+ *    (completion outside the handler's transaction): the deferred-constraint test failed, the
+ *    job was `done` (no 'job:dead') although the handler's write had rolled back.
+ *  - completeInTransaction() without `if (run.signal.aborted) throw run.signal.reason`: the
+ *    deadline test failed (row and completion committed past the deadline, no 'job:dead').
+ *  - completeInTransaction() ignoring complete()'s `false` (no LeaseLostError): the "lease lost,
+ *    worker does not know yet" test failed waiting for 'lease:lost' (the transaction committed
+ *    the handler's row although the job was already dead).
+ */
+import { beforeAll, describe, expect, test } from 'vitest';
+import { JobDeadlineExceeded, LeaseLostError } from '../../src/errors.js';
+import type { JobContext } from '../../src/worker/options.js';
+import { useTestDatabase } from '../support/database.js';
+import { aborted, gate, nextEvent, startWorker, within } from './helpers.js';
+
+const db = useTestDatabase();
+
+beforeAll(async () => {
+  await db.sql('CREATE TABLE public.tx_effects (job_id bigint NOT NULL, attempt int NOT NULL, note text)');
+  await db.sql('CREATE TABLE public.tx_parent (id int PRIMARY KEY)');
+  await db.sql(`CREATE TABLE public.tx_child (
+    id int PRIMARY KEY,
+    parent int REFERENCES public.tx_parent (id) DEFERRABLE INITIALLY DEFERRED)`);
+});
+
+async function effects(jobId: string): Promise<{ attempt: number; note: string }[]> {
+  return db.sql('SELECT attempt, note FROM public.tx_effects WHERE job_id = $1 ORDER BY attempt', [jobId]);
+}
+
+describe('ctx.transaction: the handler’s writes and the completion commit together', () => {
+  test('the write and the completion become visible together, at the commit', async () => {
+    const queue = db.queue();
+    const written = gate<string>();
+    const proceed = gate();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.commit': async (_payload: unknown, ctx: JobContext) => {
+          const value = await ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              'committed',
+            ]);
+            written.open(ctx.job.id);
+            await proceed.promise;
+            return { written: true };
+          });
+          return value;
+        },
+      },
+    });
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.commit');
+    const { id } = await queue.enqueue('tx.commit', {});
+    try {
+      expect(await within(written.promise, 5_000, 'the handler wrote')).toBe(id);
+      // Inside the open transaction: nothing is visible to anyone else yet.
+      expect(await effects(id)).toEqual([]);
+      expect((await queue.get(id))?.status).toBe('running');
+    } finally {
+      proceed.open();
+    }
+    expect((await done).result).toEqual({ written: true });
+    expect(await effects(id)).toEqual([{ attempt: 1, note: 'committed' }]);
+    expect(await queue.get(id)).toMatchObject({ status: 'done', result: { written: true }, attempts: 1 });
+    await worker.stop();
+  });
+
+  test('a commit that fails (deferred constraint) leaves neither the write nor a done job', async () => {
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.commit-fails': async (_payload: unknown, ctx: JobContext) =>
+          ctx.transaction(async (client) => {
+            // Checked only at COMMIT: there is no parent 999.
+            await client.query('INSERT INTO public.tx_child VALUES ($1, 999)', [Number(ctx.job.id)]);
+            return 'never stored';
+          }),
+      },
+    });
+    const dead = nextEvent(worker, 'job:dead', (e) => e.job.task === 'tx.commit-fails');
+    const events: string[] = [];
+    worker.on('job:done', (e) => events.push(`done ${e.job.id}`));
+    worker.on('lease:lost', (e) => events.push(`lost ${e.job.id}`));
+    const { id } = await queue.enqueue('tx.commit-fails', {}, { maxAttempts: 1 });
+    await dead;
+    expect(await db.sql('SELECT * FROM public.tx_child WHERE id = $1', [Number(id)])).toEqual([]);
+    const job = await queue.get(id);
+    expect(job).toMatchObject({ status: 'dead', result: null });
+    expect(job?.lastError).toMatch(/foreign key/);
+    expect(events).toEqual([]);
+    await worker.stop();
+  });
+
+  test('a throw after the write inside the transaction rolls both back; the retry writes once', async () => {
+    const queue = db.queue();
+    const seenByAttempt2 = gate<unknown[]>();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.throw': async (_payload: unknown, ctx: JobContext) => {
+          if (ctx.job.attempt === 2) seenByAttempt2.open(await effects(ctx.job.id));
+          return ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              `attempt ${ctx.job.attempt}`,
+            ]);
+            if (ctx.job.attempt === 1) throw new Error('failed after writing');
+            return 'second attempt';
+          });
+        },
+      },
+      backoff: { baseMs: 50, capMs: 100 },
+      pollIntervalMs: 100, // the retry's own wake-up (and a race in it) is tested in failures.test.ts
+    });
+    const retry = nextEvent(worker, 'job:retry', (e) => e.job.task === 'tx.throw');
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.throw');
+    const { id } = await queue.enqueue('tx.throw', {}, { maxAttempts: 2 });
+
+    const retried = await retry;
+    expect((retried.error as Error).message).toBe('failed after writing');
+    // The first attempt's row was rolled back with it: the second attempt sees nothing.
+    expect(await within(seenByAttempt2.promise, 5_000, 'the second attempt started')).toEqual([]);
+    expect((await done).result).toBe('second attempt');
+    expect(await effects(id)).toEqual([{ attempt: 2, note: 'attempt 2' }]);
+    const job = await queue.get(id);
+    expect(job).toMatchObject({ status: 'done', attempts: 2, result: 'second attempt' });
+    expect(job?.lastError).toMatch(/^Error: failed after writing/);
+    await worker.stop();
+  });
+
+  test('after ctx.transaction has committed, a later throw does not undo the completion', async () => {
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.throw-after-commit': async (_payload: unknown, ctx: JobContext) => {
+          await ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              'kept',
+            ]);
+            return 'committed value';
+          });
+          throw new Error('thrown after the commit');
+        },
+      },
+    });
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.throw-after-commit');
+    const { id } = await queue.enqueue('tx.throw-after-commit', {}, { maxAttempts: 3 });
+    expect((await done).result).toBe('committed value');
+    expect(await queue.get(id)).toMatchObject({ status: 'done', attempts: 1, result: 'committed value' });
+    expect(await effects(id)).toEqual([{ attempt: 1, note: 'kept' }]);
+    await worker.stop();
+  });
+
+  test('a deadline that passes inside the transaction rolls it back; the attempt fails', async () => {
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.deadline': async (_payload: unknown, ctx: JobContext) =>
+          ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              'too slow',
+            ]);
+            await aborted(ctx.signal); // still inside the transaction when the deadline passes
+            return 'late';
+          }),
+      },
+    });
+    const dead = nextEvent(worker, 'job:dead', (e) => e.job.task === 'tx.deadline');
+    const { id } = await queue.enqueue('tx.deadline', {}, { timeoutMs: 200, maxAttempts: 1 });
+    expect((await dead).error).toBeInstanceOf(JobDeadlineExceeded);
+    expect(await effects(id)).toEqual([]);
+    const job = await queue.get(id);
+    expect(job).toMatchObject({ status: 'dead', result: null });
+    expect(job?.lastError).toMatch(/^JobDeadlineExceeded/);
+    await worker.stop();
+  });
+
+  test('lease lost before the commit, before the worker notices: the completion CAS fails, nothing commits', async () => {
+    const queue = db.queue();
+    const written = gate<string>();
+    const proceed = gate();
+    const failures: unknown[] = [];
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.lost-unnoticed': async (_payload: unknown, ctx: JobContext) => {
+          try {
+            return await ctx.transaction(async (client) => {
+              await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+                ctx.job.id,
+                ctx.job.attempt,
+                'lost',
+              ]);
+              written.open(ctx.job.id);
+              await proceed.promise;
+              return 'stale';
+            });
+          } catch (error) {
+            failures.push(error);
+            throw error;
+          }
+        },
+      },
+      leaseMs: 60_000, // no heartbeat during the test: the worker learns nothing by itself
+      reapIntervalMs: 3_600_000, // the test reaps (the worker's first reap is at a random moment)
+    });
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.lost-unnoticed');
+    const { id } = await queue.enqueue('tx.lost-unnoticed', {}, { maxAttempts: 1 });
+    try {
+      await within(written.promise, 5_000, 'the handler wrote');
+      await db.expireLease(id);
+      await queue.reap(); // last attempt: the reaper makes it dead
+      expect((await queue.get(id))?.status).toBe('dead');
+    } finally {
+      proceed.open();
+    }
+    await lost;
+    expect(failures).toHaveLength(1);
+    expect(failures[0]).toBeInstanceOf(LeaseLostError);
+    expect(await effects(id)).toEqual([]);
+    const job = await queue.get(id);
+    expect(job).toMatchObject({ status: 'dead', result: null, attempts: 1 });
+    expect(job?.lastError).toMatch(/^LeaseExpired/); // as the reaper left it
+    await worker.stop();
+  });
+
+  test('lease lost before the commit, noticed by the heartbeat: the signal aborts and nothing commits', async () => {
+    const queue = db.queue();
+    const written = gate<string>();
+    const proceed = gate();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.lost-noticed': async (_payload: unknown, ctx: JobContext) =>
+          ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              'lost',
+            ]);
+            written.open(ctx.job.id);
+            await proceed.promise; // ignores the signal: it returns normally afterwards
+            return 'stale';
+          }),
+      },
+      leaseMs: 60_000,
+      reapIntervalMs: 3_600_000,
+      // One slot, held by the old handler: the worker cannot claim the reaped job itself (the
+      // reap sends a NOTIFY), so the test's new owner gets it.
+      concurrency: 1,
+    });
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.lost-noticed');
+    const { id } = await queue.enqueue('tx.lost-noticed', {}, { maxAttempts: 3 });
+    let newOwner: Awaited<ReturnType<typeof queue.claim>>[number] | undefined;
+    try {
+      await within(written.promise, 5_000, 'the handler wrote');
+      await db.expireLease(id);
+      await queue.reap();
+      expect((await queue.get(id))?.status).toBe('pending');
+      [newOwner] = await queue.claim('tx-new-owner', { tasks: ['tx.lost-noticed'] });
+      expect(newOwner).toMatchObject({ id, attempt: 2 });
+      await worker.tick.renewLeases();
+      expect((await lost).job.id).toBe(id);
+    } finally {
+      proceed.open();
+    }
+    await worker.stop(); // waits for the handler and its (rolled back) transaction
+    expect(await effects(id)).toEqual([]);
+    expect(await queue.get(id)).toMatchObject({
+      status: 'running',
+      workerId: 'tx-new-owner',
+      attempts: 2,
+      result: null,
+    });
+    expect(await queue.complete(newOwner!, 'new owner')).toBe(true);
+  });
+});
