@@ -109,13 +109,16 @@ export function buildStatements(s: string) {
 
     /**
      * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
-     * that no longer owns its job completes nothing. Returns the ids that completed.
+     * that no longer owns its job completes nothing. Returns the ids that completed. Rows are
+     * found by primary key (`id = ANY`): a scan of the running index would also walk the dead
+     * entries every completed job leaves there until vacuum.
      * $1 ids, $2 worker ids, $3 attempts, $4 results (JSON text).
      */
     completeMany: `
       UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, updated_at = now()
       FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[]) AS c(id, worker_id, attempt, result)
-      WHERE j.id = c.id AND j.status = 'running' AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+      WHERE j.id = ANY($1::bigint[]) AND j.id = c.id
+        AND j.status = 'running' AND j.worker_id = c.worker_id AND j.attempts = c.attempt
       RETURNING j.id::text AS id`,
 
     /**
@@ -151,7 +154,8 @@ export function buildStatements(s: string) {
     renewLeases: `
       UPDATE ${jobs} AS j SET lease_until = now() + $4::float8 * interval '1 millisecond'
       FROM unnest($2::bigint[], $3::int[]) AS l(id, attempt)
-      WHERE j.id = l.id AND j.status = 'running' AND j.worker_id = $1 AND j.attempts = l.attempt
+      WHERE j.id = ANY($2::bigint[]) AND j.id = l.id
+        AND j.status = 'running' AND j.worker_id = $1 AND j.attempts = l.attempt
       RETURNING j.id::text AS id, j.attempts, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
 
     /**

@@ -33,6 +33,7 @@ export class ClaimLoop {
   /** When the due timer fires (Date.now() time); meaningful while dueTimer is set. */
   private dueAt = 0;
   private retryTimer: NodeJS.Timeout | null = null;
+  private refill: NodeJS.Immediate | null = null;
   private failures = 0;
 
   constructor(deps: ClaimLoopDeps) {
@@ -54,6 +55,8 @@ export class ClaimLoop {
     this.stopped = true;
     for (const timer of [this.pollTimer, this.dueTimer, this.retryTimer]) if (timer) clearTimeout(timer);
     this.pollTimer = this.dueTimer = this.retryTimer = null;
+    if (this.refill) clearImmediate(this.refill);
+    this.refill = null;
     await this.pass?.catch(() => undefined);
   }
 
@@ -71,9 +74,16 @@ export class ClaimLoop {
     this.setDueTimer(ms);
   }
 
-  /** A slot was freed: claim again if jobs may be waiting. */
+  /**
+   * A slot was freed: claim again if jobs may be waiting. Deferred by one turn of the event
+   * loop, so that the slots freed by one batched completion are refilled by one claim.
+   */
   slotFreed(): void {
-    if (this.mayHaveWork) this.request();
+    if (!this.mayHaveWork || this.refill !== null || this.stopped) return;
+    this.refill = setImmediate(() => {
+      this.refill = null;
+      if (this.mayHaveWork) this.request();
+    });
   }
 
   /** Runs one claim pass now (for tests and for callers that need to await it). */
