@@ -18,6 +18,14 @@ const ON_DEDUPE_CONFLICT = `ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NUL
 /** §1.4 start time from the database clock: an absolute runAt, else now() + delay. */
 const RUN_AFTER = (runAt: string, delayMs: string) =>
   `coalesce(${runAt}::timestamptz, now() + coalesce(${delayMs}::float8, 0) * interval '1 millisecond')`;
+/**
+ * `status = 'running'` for the batch statements, written so the planner cannot match it to the
+ * partial running index: a prepared statement's generic plan otherwise scans that whole index
+ * (every completed job leaves a dead entry there until vacuum) instead of fetching the batch's
+ * rows by primary key — measured: a 500-row completion went from ~15 ms to ~90 ms after the
+ * fifth execution, when the generic plan took over (scratch run, bench W2 drain loop).
+ */
+const OPAQUE_RUNNING = `(j.status || '') = 'running'`;
 /** §1.2/§1.3 compare-and-set guard of every owner transition: status, owner and attempt. */
 const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3`;
 
@@ -110,15 +118,13 @@ export function buildStatements(s: string) {
     /**
      * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
      * that no longer owns its job completes nothing. Returns the ids that completed. Rows are
-     * found by primary key (`id = ANY`): a scan of the running index would also walk the dead
-     * entries every completed job leaves there until vacuum.
+     * found by primary key (see OPAQUE_RUNNING).
      * $1 ids, $2 worker ids, $3 attempts, $4 results (JSON text).
      */
     completeMany: `
       UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, updated_at = now()
       FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[]) AS c(id, worker_id, attempt, result)
-      WHERE j.id = ANY($1::bigint[]) AND j.id = c.id
-        AND j.status = 'running' AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+      WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
       RETURNING j.id::text AS id`,
 
     /**
@@ -154,8 +160,7 @@ export function buildStatements(s: string) {
     renewLeases: `
       UPDATE ${jobs} AS j SET lease_until = now() + $4::float8 * interval '1 millisecond'
       FROM unnest($2::bigint[], $3::int[]) AS l(id, attempt)
-      WHERE j.id = ANY($2::bigint[]) AND j.id = l.id
-        AND j.status = 'running' AND j.worker_id = $1 AND j.attempts = l.attempt
+      WHERE j.id = l.id AND ${OPAQUE_RUNNING} AND j.worker_id = $1 AND j.attempts = l.attempt
       RETURNING j.id::text AS id, j.attempts, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
 
     /**
