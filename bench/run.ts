@@ -1,0 +1,303 @@
+/**
+ * Skiplock's benchmark (issue 5, SPEC §7): W1–W6, memory and pgbench, on Skiplock and its peers
+ * in one run. Started by bench/launch.mjs (`npm run bench [-- --quick]`), which installs bench/'s
+ * dependencies, bundles this file and runs it under Node 24.
+ */
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { type Config, parseArgs, USAGE, UsageError, type WorkloadName } from './lib/config.js';
+import { closeAdminPools } from './lib/db.js';
+import { markdown, type RunInfo } from './lib/document.js';
+import { loadAverage, machineInfo } from './lib/machine.js';
+import { REPO_DIR } from './lib/paths.js';
+import { findPgbench, PGBENCH_MODES, Pgbench } from './lib/pgbench.js';
+import {
+  type Cell,
+  depthTable,
+  type PgbenchResult,
+  pgbenchTable,
+  type Results,
+  renderSvg,
+  resultsTable,
+} from './lib/report.js';
+import { fmt, quietly, reason, withTimeout } from './lib/util.js';
+import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6 } from './lib/workloads.js';
+import type { BullMQDriver } from './systems/bullmq.js';
+import { createDriver } from './systems/index.js';
+import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
+
+const t0 = performance.now();
+function log(message: string): void {
+  const s = ((performance.now() - t0) / 1000).toFixed(1).padStart(6);
+  process.stdout.write(`[${s} s] ${message}\n`);
+}
+
+const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunContext) => Promise<Metrics>>> = {
+  W1: w1,
+  W2: w2,
+  W3: w3,
+  W4: w4,
+  W5: w5,
+};
+
+/** The one metric printed per run in the progress log. */
+function headline(workload: WorkloadName, m: Metrics): string {
+  switch (workload) {
+    case 'W3':
+      return `p50 ${fmt(m.p50 ?? Number.NaN)} ms, p95 ${fmt(m.p95 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
+    case 'W2':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (all handlers ran after ${fmt(m.handlersDoneMs ?? Number.NaN)} ms, all finished after ${fmt(m.drainMs ?? Number.NaN)} ms; worker start ${fmt(m.startupMs ?? Number.NaN)} ms), peak RSS ${fmt(m.rssMb ?? Number.NaN)} MB${m.extraRuns ? `, ${m.extraRuns} extra handler runs` : ''}`;
+    case 'W5':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
+    default:
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s`;
+  }
+}
+
+function record(cell: Cell, metrics: Metrics): void {
+  for (const [key, value] of Object.entries(metrics)) {
+    const values = cell.values[key] ?? [];
+    values.push(value);
+    cell.values[key] = values;
+  }
+}
+
+/** Per-run time limit on top of each workload's own limits. */
+function runLimitMs(config: Config, workload: WorkloadName): number {
+  const s = config.sizes;
+  switch (workload) {
+    case 'W5':
+      return s.w5Seconds * 1000 + 240_000;
+    case 'W6':
+      return Math.max(600_000, s.w6Finished);
+    default:
+      return config.quick ? 180_000 : 900_000;
+  }
+}
+
+async function runWorkloads(
+  config: Config,
+  ctx: RunContext,
+  drivers: SystemDriver[],
+  results: Results,
+): Promise<void> {
+  for (const workload of config.workloads) {
+    const run = RUNNERS[workload];
+    if (!run) continue;
+    const byName: Partial<Record<SystemName, Cell>> = {};
+    results[workload] = byName;
+    for (let rep = 0; rep < config.sizes.reps; rep++) {
+      const order = rep % 2 === 0 ? drivers : [...drivers].reverse();
+      for (const driver of order) {
+        const cell = byName[driver.name] ?? { values: {}, failed: null };
+        byName[driver.name] = cell;
+        if (cell.failed) continue;
+        const what = `${workload} ${DISPLAY_NAMES[driver.name]} (${rep + 1}/${config.sizes.reps})`;
+        try {
+          const metrics = await withTimeout(run(driver, ctx), runLimitMs(config, workload), what);
+          record(cell, metrics);
+          log(`${what}: ${headline(workload, metrics)}`);
+        } catch (error) {
+          cell.failed = reason(error);
+          log(`${what}: FAILED: ${cell.failed}`);
+        }
+      }
+    }
+  }
+}
+
+async function runDepth(
+  config: Config,
+  ctx: RunContext,
+  drivers: SystemDriver[],
+  results: Results,
+): Promise<void> {
+  if (!config.workloads.includes('W6') || !drivers.some((d) => d.name === 'skiplock')) return;
+  const cell: Cell = { values: {}, failed: null };
+  results.W6 = { skiplock: cell };
+  log(
+    `W6 Skiplock: ${config.sizes.w6Pending.toLocaleString('en-US')} pending, empty vs ${config.sizes.w6Finished.toLocaleString('en-US')} finished rows`,
+  );
+  try {
+    const m = await withTimeout(w6(ctx), runLimitMs(config, 'W6'), 'W6');
+    record(cell, m);
+    log(
+      `W6 Skiplock: claim p50 ${fmt(m.claimEmptyP50 ?? Number.NaN)} → ${fmt(m.claimDeepP50 ?? Number.NaN)} ms, ops() p50 ${fmt(m.opsEmptyP50 ?? Number.NaN)} → ${fmt(m.opsDeepP50 ?? Number.NaN)} ms`,
+    );
+  } catch (error) {
+    cell.failed = reason(error);
+    log(`W6 Skiplock: FAILED: ${cell.failed}`);
+  }
+}
+
+async function runPgbench(config: Config): Promise<PgbenchResult | null> {
+  if (!config.workloads.includes('pgbench')) return null;
+  const result: PgbenchResult = { values: {}, note: null };
+  const binary = findPgbench();
+  if (!binary) {
+    result.note = 'pgbench not found (set PGBENCH=/path/to/pgbench)';
+    log(`pgbench: skipped, ${result.note}`);
+    return result;
+  }
+  const bench = new Pgbench(config.databaseUrl, binary, config.sizes.pgbenchClients);
+  try {
+    await withTimeout(bench.setup(), 60_000, 'pgbench setup');
+    for (let rep = 0; rep < config.sizes.reps; rep++) {
+      const modes = rep % 2 === 0 ? PGBENCH_MODES : [...PGBENCH_MODES].reverse();
+      for (const mode of modes) {
+        const tps = await bench.run(mode.key, config.sizes.pgbenchSeconds);
+        result.values[mode.key] = [...(result.values[mode.key] ?? []), tps];
+        log(`pgbench ${mode.label} (${rep + 1}/${config.sizes.reps}): ${fmt(tps)} tps`);
+      }
+    }
+  } catch (error) {
+    result.note = reason(error);
+    log(`pgbench: FAILED: ${result.note}`);
+  } finally {
+    const error = await quietly(() => bench.cleanup(), 60_000, 'pgbench cleanup');
+    if (error) log(`pgbench cleanup: ${error.message}`);
+  }
+  return result;
+}
+
+function reportDir(config: Config): string {
+  if (config.outDir) return config.outDir;
+  if (config.write) return join(REPO_DIR, 'docs');
+  return mkdtempSync(join(tmpdir(), 'skiplock-bench-'));
+}
+
+async function main(): Promise<number> {
+  let config: Config;
+  try {
+    config = parseArgs(process.argv.slice(2));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    if (error.message) process.stderr.write(`bench: ${error.message}\n\n`);
+    process.stderr.write(`${USAGE}\n`);
+    return error.message ? 2 : 0;
+  }
+  const limitMin = config.quick ? 10 : 240;
+  setTimeout(() => {
+    process.stderr.write(`bench: still running after ${limitMin} min: giving up\n`);
+    process.exit(1);
+  }, limitMin * 60_000).unref();
+  const startedAt = new Date();
+  const loadStart = loadAverage();
+  const env: BenchEnv = { databaseUrl: config.databaseUrl, redis: config.redis };
+  const ctx: RunContext = { sizes: config.sizes, env, log };
+  log(
+    `Skiplock benchmark${config.quick ? ' (--quick smoke run)' : ''} on Node ${process.version}; load average ${loadStart}`,
+  );
+  const machine = await machineInfo(config.databaseUrl);
+  if (machine.postgres.startsWith('unreachable')) {
+    process.stderr.write(`bench: PostgreSQL at DATABASE_URL is ${machine.postgres}\n`);
+    return 1;
+  }
+  log(`${machine.postgres}; ${machine.cores} cores, ${machine.cpu}`);
+
+  const info: RunInfo = {
+    config,
+    machine,
+    startedAt,
+    minutes: 0,
+    loadStart,
+    loadEnd: '',
+    versions: {},
+    settings: {},
+    skipped: {},
+    redisVersion: null,
+    pgbench: null,
+    notes: [],
+  };
+  const drivers: SystemDriver[] = [];
+  for (const name of config.systems) {
+    const driver = createDriver(name, env);
+    const why = await withTimeout(driver.unavailable(), 20_000, `${name} check`).catch(reason);
+    if (name === 'bullmq') info.redisVersion = await (driver as BullMQDriver).redisVersion();
+    if (why) {
+      info.skipped[name] = why;
+      log(`NOTE: ${DISPLAY_NAMES[name]} skipped: ${why}`);
+      continue;
+    }
+    info.versions[name] = await driver.version();
+    info.settings[name] = driver.settings(config.sizes.w2Concurrency);
+    log(`${DISPLAY_NAMES[name]} ${info.versions[name]}`);
+    drivers.push(driver);
+  }
+
+  const results: Results = {};
+  await runWorkloads(config, ctx, drivers, results);
+  await runDepth(config, ctx, drivers, results);
+  info.pgbench = await runPgbench(config);
+
+  for (const driver of drivers) {
+    const error = await quietly(
+      async () => {
+        await driver.drop();
+        await driver.close();
+      },
+      60_000,
+      `cleaning up ${driver.name}`,
+    );
+    if (error) log(`cleaning up ${DISPLAY_NAMES[driver.name]}: ${error.message}`);
+  }
+  await closeAdminPools();
+
+  info.minutes = (performance.now() - t0) / 60_000;
+  info.loadEnd = loadAverage();
+  const busy = Number(loadStart.split(' / ')[0]) > machine.cores * 0.5;
+  if (busy) {
+    info.notes.push(
+      `The machine was busy when the run started (load average ${loadStart} on ${machine.cores} cores): other processes competed for the CPU, so these figures are noisy.`,
+    );
+  }
+  const dir = reportDir(config);
+  mkdirSync(dir, { recursive: true });
+  const subtitle = `${config.quick ? 'Smoke run (--quick), not a measurement' : `Medians of ${config.sizes.reps} runs`} · ${machine.cores} cores, ${machine.postgres} · ${startedAt.toISOString().slice(0, 10)}`;
+  writeFileSync(join(dir, 'benchmarks.md'), markdown(info, results));
+  writeFileSync(join(dir, 'benchmarks.svg'), renderSvg(config, results, subtitle));
+
+  const table = resultsTable(config, results, info.skipped);
+  if (table) process.stdout.write(`\n${table}\n`);
+  const depth = depthTable(config, results);
+  if (depth) process.stdout.write(`\n${depth}\n`);
+  const pg = pgbenchTable(config, info.pgbench);
+  if (pg) process.stdout.write(`\n${pg}\n`);
+  for (const [name, why] of Object.entries(info.skipped)) {
+    process.stdout.write(`\nNOTE: ${DISPLAY_NAMES[name as SystemName]} skipped: ${why}\n`);
+  }
+  process.stdout.write(
+    `\nReport: ${join(dir, 'benchmarks.md')} and benchmarks.svg (${info.minutes.toFixed(1)} min)${config.write || config.outDir ? '' : '; docs/ left unchanged (--write to update it)'}\n`,
+  );
+
+  // The harness's own system must run every workload: a failure there fails the run.
+  const skiplockFailures = Object.entries(results)
+    .map(([workload, cells]) => [workload, cells?.skiplock?.failed] as const)
+    .filter(([, failed]) => failed);
+  if (skiplockFailures.length > 0) {
+    process.stderr.write(
+      `bench: Skiplock failed ${skiplockFailures.map(([w, f]) => `${w} (${f})`).join(', ')}\n`,
+    );
+    return 1;
+  }
+  return 0;
+}
+
+process.on('unhandledRejection', (error) => {
+  process.stderr.write(`bench: unhandled rejection (ignored): ${reason(error)}\n`);
+});
+process.on('uncaughtException', (error) => {
+  process.stderr.write(`bench: uncaught exception (ignored): ${reason(error)}\n`);
+});
+
+main().then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(
+      `bench: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+    );
+    process.exit(1);
+  },
+);

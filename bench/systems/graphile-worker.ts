@@ -1,0 +1,136 @@
+/**
+ * graphile-worker 0.18 with its documented fast settings (worker.graphile.org/docs/performance):
+ * a local queue (jobs fetched and locked in batches by the pool) and batched completion
+ * (`completeJobBatchDelay` / `failJobBatchDelay`), prepared statements (its default).
+ */
+import { adminPool, dropSchema, ident } from '../lib/db.js';
+import { peerVersion } from '../lib/paths.js';
+import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
+import { importPeer, TASK } from './types.js';
+
+export const GW_SCHEMA = 'bench_graphile_worker';
+/** Jobs fetched (and locked) per local-queue fetch. */
+const LOCAL_QUEUE_SIZE = 2000;
+/** Milliseconds a completion waits for others to share its UPDATE (0: those of the same tick). */
+const COMPLETE_BATCH_DELAY_MS = 0;
+
+type LogFunction = (level: string, message: string, meta?: unknown) => void;
+interface WorkerUtils {
+  addJob(identifier: string, payload: unknown): Promise<unknown>;
+  addJobs(specs: { identifier: string; payload: unknown }[]): Promise<unknown>;
+  release(): Promise<void>;
+}
+interface Runner {
+  stop(): Promise<void>;
+  promise: Promise<void>;
+}
+interface GraphileWorker {
+  Logger: new (factory: (scope: unknown) => LogFunction) => unknown;
+  runMigrations(options: Record<string, unknown>): Promise<void>;
+  makeWorkerUtils(options: Record<string, unknown>): Promise<WorkerUtils>;
+  run(options: Record<string, unknown>): Promise<Runner>;
+}
+
+function poolSize(concurrency: number): number {
+  return Math.min(concurrency + 2, 20);
+}
+
+export class GraphileWorkerDriver implements SystemDriver {
+  readonly name = 'graphile-worker' as const;
+  private mod: GraphileWorker | null = null;
+
+  constructor(private readonly env: BenchEnv) {}
+
+  async version(): Promise<string> {
+    return peerVersion('graphile-worker');
+  }
+
+  settings(concurrency: number): string {
+    return `run({ concurrency: ${concurrency}, maxPoolSize: ${poolSize(concurrency)}, preset: { worker: { localQueue: { size: ${LOCAL_QUEUE_SIZE} }, completeJobBatchDelay: ${COMPLETE_BATCH_DELAY_MS}, failJobBatchDelay: ${COMPLETE_BATCH_DELAY_MS} } } }), preparedStatements on (default), LISTEN wake-up (default); batch API addJobs, single addJob (WorkerUtils, default pool 10)`;
+  }
+
+  async unavailable(): Promise<string | null> {
+    await this.load();
+    return null;
+  }
+
+  async drop(): Promise<void> {
+    await dropSchema(this.env.databaseUrl, GW_SCHEMA);
+  }
+
+  async reset(): Promise<void> {
+    const gw = await this.load();
+    await this.drop();
+    await gw.runMigrations({
+      connectionString: this.env.databaseUrl,
+      schema: GW_SCHEMA,
+      logger: this.logger(),
+    });
+  }
+
+  async remaining(): Promise<number> {
+    const { rows } = await adminPool(this.env.databaseUrl).query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${ident(GW_SCHEMA)}._private_jobs`,
+    );
+    return rows[0]?.n ?? 0;
+  }
+
+  async producer(): Promise<Producer> {
+    const gw = await this.load();
+    const utils = await gw.makeWorkerUtils({
+      connectionString: this.env.databaseUrl,
+      schema: GW_SCHEMA,
+      logger: this.logger(),
+    });
+    return {
+      enqueueOne: async (payload: BenchPayload) => {
+        await utils.addJob(TASK, payload);
+      },
+      enqueueBatch: async (payloads: readonly BenchPayload[]) => {
+        await utils.addJobs(payloads.map((payload) => ({ identifier: TASK, payload })));
+      },
+      close: () => utils.release(),
+    };
+  }
+
+  async consumer(options: ConsumerOptions): Promise<Consumer> {
+    const gw = await this.load();
+    const runner = await gw.run({
+      connectionString: this.env.databaseUrl,
+      schema: GW_SCHEMA,
+      concurrency: options.concurrency,
+      maxPoolSize: poolSize(options.concurrency),
+      noHandleSignals: true,
+      logger: this.logger(options.onError),
+      taskList: {
+        [TASK]: (payload: BenchPayload) => {
+          options.onJob(payload);
+        },
+      },
+      preset: {
+        worker: {
+          localQueue: { size: LOCAL_QUEUE_SIZE },
+          completeJobBatchDelay: COMPLETE_BATCH_DELAY_MS,
+          failJobBatchDelay: COMPLETE_BATCH_DELAY_MS,
+        },
+      },
+    });
+    runner.promise.catch((error: unknown) => options.onError(error));
+    return { stop: () => runner.stop() };
+  }
+
+  async close(): Promise<void> {}
+
+  private async load(): Promise<GraphileWorker> {
+    this.mod ??= await importPeer<GraphileWorker>('graphile-worker');
+    return this.mod;
+  }
+
+  /** A logger that drops everything but errors (which go to `onError`). */
+  private logger(onError?: (error: unknown) => void): unknown {
+    const gw = this.mod as GraphileWorker;
+    return new gw.Logger(() => (level, message) => {
+      if (level === 'error') onError?.(new Error(`graphile-worker: ${message}`));
+    });
+  }
+}

@@ -1,0 +1,105 @@
+/**
+ * Skiplock through its public API only (Queue, Worker), bundled from the repo's src/ at each run,
+ * so that whatever its internals become, this driver measures them unchanged.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Queue, Worker } from '../../src/index.js';
+import { dropSchema } from '../lib/db.js';
+import { REPO_DIR } from '../lib/paths.js';
+import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
+import { TASK } from './types.js';
+
+export const SKIPLOCK_SCHEMA = 'bench_skiplock';
+
+export class SkiplockDriver implements SystemDriver {
+  readonly name = 'skiplock' as const;
+  private counter: Queue | null = null;
+
+  constructor(
+    private readonly env: BenchEnv,
+    readonly schema = SKIPLOCK_SCHEMA,
+  ) {}
+
+  async version(): Promise<string> {
+    const pkg = JSON.parse(readFileSync(join(REPO_DIR, 'package.json'), 'utf8')) as { version: string };
+    return `${pkg.version} (src/ of this checkout)`;
+  }
+
+  settings(concurrency: number): string {
+    return `Worker { concurrency: ${concurrency} } with defaults otherwise (LISTEN/NOTIFY wake-up); Queue with its default pool (10); batch API enqueueMany, single enqueue()`;
+  }
+
+  async unavailable(): Promise<string | null> {
+    return null;
+  }
+
+  async drop(): Promise<void> {
+    await this.closeCounter();
+    await dropSchema(this.env.databaseUrl, this.schema);
+  }
+
+  async reset(): Promise<void> {
+    await this.drop();
+    const queue = this.queue();
+    try {
+      await queue.migrate();
+    } finally {
+      await queue.close();
+    }
+  }
+
+  async remaining(): Promise<number> {
+    this.counter ??= this.queue(2);
+    const counts = await this.counter.counts();
+    return counts.pending + counts.running;
+  }
+
+  async producer(): Promise<Producer> {
+    const queue = this.queue();
+    return {
+      enqueueOne: async (payload: BenchPayload) => {
+        await queue.enqueue(TASK, payload);
+      },
+      enqueueBatch: async (payloads: readonly BenchPayload[]) => {
+        await queue.enqueueMany(payloads.map((payload) => ({ task: TASK, payload })));
+      },
+      close: () => queue.close(),
+    };
+  }
+
+  async consumer(options: ConsumerOptions): Promise<Consumer> {
+    const worker = new Worker({
+      connectionString: this.env.databaseUrl,
+      schema: this.schema,
+      concurrency: options.concurrency,
+      tasks: {
+        [TASK]: (payload: BenchPayload) => {
+          options.onJob(payload);
+        },
+      },
+    });
+    worker.on('error', ({ error }) => options.onError(error));
+    await worker.start();
+    return { stop: () => worker.stop({ timeoutMs: 10_000 }) };
+  }
+
+  /** A Queue on the benchmark schema (for W6, which uses claim/complete/ops directly). */
+  queue(poolSize?: number): Queue {
+    return new Queue({
+      connectionString: this.env.databaseUrl,
+      schema: this.schema,
+      ...(poolSize === undefined ? {} : { poolSize }),
+    });
+  }
+
+  async close(): Promise<void> {
+    await this.closeCounter();
+  }
+
+  private async closeCounter(): Promise<void> {
+    const counter = this.counter;
+    this.counter = null;
+    await counter?.close();
+  }
+}
