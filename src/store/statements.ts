@@ -328,12 +328,16 @@ export function buildStatements(s: string) {
      */
     counts: `
       WITH rel AS (
-        SELECT c.oid, c.relname, greatest(c.reltuples, 0)::float8 AS reltuples
+        SELECT c.oid, c.relname, c.relpages, greatest(c.reltuples, 0)::float8 AS reltuples
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = $2 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
       ), est AS MATERIALIZED (
         SELECT
-          (SELECT greatest(coalesce(pg_stat_get_live_tuples(oid), 0)::float8, reltuples)
+          -- the planner's own estimate: rows per page at the last VACUUM/ANALYZE times the
+          -- table's pages now; before any, the statistics collector's live-row count
+          (SELECT CASE WHEN relpages > 0
+                       THEN reltuples / relpages * (pg_relation_size(oid) / current_setting('block_size')::float8)
+                       ELSE coalesce(pg_stat_get_live_tuples(oid), 0)::float8 END
              FROM rel WHERE relname = 'jobs') AS table_rows,
           (SELECT reltuples FROM rel WHERE relname = 'jobs_dead_idx') AS dead_rows,
           (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
