@@ -246,7 +246,12 @@ export class Queue {
    * One INSERT for the batch, then the holders of dedupe hits looked up in a new statement,
    * whose snapshot sees them (§1.7); a holder that finished meanwhile means inserting again.
    */
-  private async insertBatch(db: Executor, jobs: NewJob[], notify: boolean): Promise<EnqueueResult[]> {
+  private async insertBatch(
+    db: Executor,
+    jobs: NewJob[],
+    notify: boolean,
+    progress: { wrote: boolean } = { wrote: false },
+  ): Promise<EnqueueResult[]> {
     const results: EnqueueResult[] = new Array(jobs.length);
     let todo = jobs.map((job, index) => ({ job, index }));
     for (let round = 0; todo.length > 0; round++) {
@@ -256,6 +261,7 @@ export class Queue {
         todo.map((t) => t.job),
         notify,
       );
+      progress.wrote = true;
       const hits: typeof todo = [];
       todo.forEach((t, i) => {
         const row = inserted[i];
@@ -283,12 +289,15 @@ export class Queue {
    * retried alone so that each caller gets its own outcome.
    */
   private async flushEnqueues(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
+    const progress = { wrote: false };
     try {
-      const results = await this.insertBatch(this.pool, jobs, false);
+      const results = await this.insertBatch(this.pool, jobs, false, progress);
       if (results.some((r) => r.created)) this.hint();
       return results.map((value) => ({ ok: true, value }));
     } catch (error) {
-      if (jobs.length === 1 || isConnectionError(error)) throw error;
+      // Once an INSERT committed, inserting one by one could duplicate jobs: report the error.
+      if (progress.wrote) this.hint();
+      if (progress.wrote || jobs.length === 1 || isConnectionError(error)) throw error;
       return Promise.all(
         jobs.map((job) =>
           this.insertOne(this.pool, job).then(

@@ -117,8 +117,9 @@ export class JobStore {
   /** Completes many leases in one statement; returns the ids that completed. */
   async completeMany(
     db: Executor,
-    items: readonly { lease: Lease; resultJson: string }[],
+    batch: readonly { lease: Lease; resultJson: string }[],
   ): Promise<Set<string>> {
+    const items = byId(batch, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
     const rows = await this.run<{ id: string }>(db, this.sql.completeMany, [
       items.map((i) => i.lease.id),
       items.map((i) => i.lease.workerId),
@@ -158,6 +159,7 @@ export class JobStore {
     leaseMs: number,
   ): Promise<Map<string, { cancelRequested: boolean }>> {
     if (leases.length === 0) return new Map();
+    leases = byId(leases, (l) => l.id); // one lock order for all batch statements: no deadlocks
     const rows = await this.run<{ id: string; attempts: number; cancel_requested: boolean }>(
       db,
       this.sql.renewLeases,
@@ -353,6 +355,15 @@ export class JobStore {
       throw toDatabaseError(error, this.schema);
     }
   }
+}
+
+/** A copy sorted by numeric job id, so concurrent batch statements lock rows in one order. */
+function byId<T>(items: readonly T[], id: (item: T) => string): T[] {
+  return [...items].sort((a, b) => {
+    const x = BigInt(id(a));
+    const y = BigInt(id(b));
+    return x < y ? -1 : x > y ? 1 : 0;
+  });
 }
 
 /** pg's query with a QueryConfig (a named prepared statement). */

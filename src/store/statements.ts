@@ -298,6 +298,7 @@ export function buildStatements(s: string) {
         LIMIT $4
       ), deleted AS (
         DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) AND status = ANY($1::text[])
+          AND updated_at < now() - $2::float8 * interval '1 millisecond' -- re-checked on a row changed meanwhile
         RETURNING id
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,

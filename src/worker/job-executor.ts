@@ -9,7 +9,7 @@ import type pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
-import { LeaseLostError } from '../errors.js';
+import { DatabaseError, LeaseLostError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { BackoffOptions, ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
@@ -148,7 +148,10 @@ async function persist<T>(
     try {
       return await write();
     } catch (error) {
-      const retryable = isConnectionError(error);
+      // The database away, or a deadlock/serialization failure: the write can simply run again.
+      const retryable =
+        isConnectionError(error) ||
+        (error instanceof DatabaseError && /^40(P01|001)$/.test(error.sqlState ?? ''));
       const delay = Math.min(2_000, 100 * 2 ** attempt);
       if (!retryable || run.writesCancelled || performance.now() + delay >= run.leaseExpiresAt) {
         deps.onError(

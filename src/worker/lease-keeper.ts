@@ -54,8 +54,11 @@ export class LeaseKeeper {
     try {
       owned = await this.deps.renew(runs);
     } catch (error) {
-      // The database is unreachable: handlers keep running; the next beat tries again.
+      // The database is unreachable: handlers keep running and the next beat tries again —
+      // but a lease that has run out by now may already be someone else's: abort its handler.
       this.deps.onError(error, 'renewing leases');
+      const now = performance.now();
+      for (const run of runs) if (run.phase === 'running' && run.leaseExpiresAt <= now) this.deps.onLost(run);
       return;
     }
     for (const run of runs) {
