@@ -30,6 +30,7 @@ import type { Queue } from '../../src/queue.js';
 import type { OpsSnapshot } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
+import { killChildren } from '../support/spawn.js';
 import { type CliOptions, oneLineError, runCli, spawnCli } from './run-cli.js';
 
 const db = useTestDatabase();
@@ -42,16 +43,7 @@ beforeAll(() => {
 });
 
 afterAll(async () => {
-  await Promise.all(
-    children.map(
-      (child) =>
-        new Promise<void>((resolve) => {
-          if (child.exitCode !== null || child.signalCode !== null) return resolve();
-          child.once('exit', () => resolve());
-          child.kill('SIGKILL');
-        }),
-    ),
-  );
+  await killChildren(children);
 });
 
 /** A CLI process that keeps running: its output so far, and helpers to wait on it. */

@@ -32,3 +32,19 @@ export function runFixture(
     });
   });
 }
+
+/** SIGKILLs the child processes still running and resolves once every one has exited. */
+export async function killChildren(
+  children: readonly import('node:child_process').ChildProcess[],
+): Promise<void> {
+  await Promise.all(
+    children.map(
+      (child) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once('exit', () => resolve());
+          child.kill('SIGKILL');
+        }),
+    ),
+  );
+}

@@ -30,7 +30,7 @@ import { afterAll, beforeAll, expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
-import { REPO_ROOT } from '../support/spawn.js';
+import { killChildren, REPO_ROOT } from '../support/spawn.js';
 
 const db = useTestDatabase();
 const S = quoteIdent(TEST_SCHEMA);
@@ -156,16 +156,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  await Promise.all(
-    children.map(
-      (child) =>
-        new Promise<void>((resolve) => {
-          if (child.exitCode !== null || child.signalCode !== null) return resolve();
-          child.once('exit', () => resolve());
-          child.kill('SIGKILL');
-        }),
-    ),
-  );
+  await killChildren(children);
 });
 
 test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; only its held jobs ran twice', async () => {
