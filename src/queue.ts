@@ -71,6 +71,15 @@ export interface QueueOptions {
    * transaction-pooling proxy (PgBouncer in transaction mode) that does not support them.
    */
   preparedStatements?: boolean;
+  /**
+   * Longest wait for any one statement on Skiplock's pools, in ms (default 30 000): past it the
+   * call fails and its connection is discarded, so a silent network (a partition) can never hang
+   * a caller, a worker or `close()`. It also bounds the statements you run on the client of
+   * `queue.transaction` and `ctx.transaction`. Does not apply to a `pool` you pass in.
+   */
+  statementTimeoutMs?: number;
+  /** Longest wait for a new connection, in ms (default 10 000). Does not apply to a `pool` you pass in. */
+  connectTimeoutMs?: number;
 }
 
 const QUEUE_OPTION_KEYS = [
@@ -85,6 +94,8 @@ const QUEUE_OPTION_KEYS = [
   'logger',
   'batchEnqueue',
   'preparedStatements',
+  'statementTimeoutMs',
+  'connectTimeoutMs',
 ];
 const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
 const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
@@ -95,6 +106,10 @@ const MAX_DEDUPE_ROUNDS = 10;
 /** Most jobs one claim may take. */
 export const MAX_CLAIM_LIMIT = 10_000;
 const PRUNE_BATCH = 5_000;
+/** Default bound of one statement on Skiplock's own pools. */
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
+/** Default bound of opening one connection. */
+export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 const REQUEUE_BATCH = 1_000;
 
 /**
@@ -120,6 +135,8 @@ export class Queue {
   private readonly stuckAfterMs: number;
   private readonly logger: Logger | undefined;
   private readonly clientConfig: pg.ClientConfig;
+  /** Timeouts of the pools Skiplock creates (SPEC §3: every statement has a timeout). */
+  private readonly timeouts: { statementMs: number; connectMs: number };
   private readonly enqueueBatcher: Batcher<NewJob, EnqueueResult> | null;
   private hinting: Promise<void> | null = null;
   private hintAgain = false;
@@ -143,6 +160,16 @@ export class Queue {
     this.stuckAfterMs =
       opts.stuckAfterMs === undefined ? 600_000 : requireInt(opts.stuckAfterMs, 'stuckAfterMs', 1);
 
+    this.timeouts = {
+      statementMs:
+        opts.statementTimeoutMs === undefined
+          ? DEFAULT_STATEMENT_TIMEOUT_MS
+          : requireInt(opts.statementTimeoutMs, 'statementTimeoutMs', 1),
+      connectMs:
+        opts.connectTimeoutMs === undefined
+          ? DEFAULT_CONNECT_TIMEOUT_MS
+          : requireInt(opts.connectTimeoutMs, 'connectTimeoutMs', 1),
+    };
     if (opts.pool !== undefined) {
       if (!isExecutor(opts.pool) || typeof (opts.pool as { connect?: unknown }).connect !== 'function') {
         throw new ValidationError('pool', 'must be a pg.Pool (an object with query() and connect())');
@@ -160,7 +187,7 @@ export class Queue {
       }
       this.pool = this.createPool(requireName(connectionString, 'connectionString'), opts.poolSize);
       this.ownsPool = true;
-      this.clientConfig = { connectionString };
+      this.clientConfig = { connectionString, connectionTimeoutMillis: this.timeouts.connectMs };
     }
     this.readPool = opts.readConnectionString
       ? this.createPool(requireName(opts.readConnectionString, 'readConnectionString'), opts.poolSize)
@@ -684,6 +711,12 @@ export class Queue {
       connectionString,
       max: poolSize === undefined ? 10 : requireInt(poolSize, 'poolSize', 1, 1000),
       application_name: 'skiplock',
+      // A silent network never hangs a caller: the statement fails and its connection is
+      // destroyed (pg-pool discards a client released with an error).
+      query_timeout: this.timeouts.statementMs,
+      connectionTimeoutMillis: this.timeouts.connectMs,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10_000,
     });
     this.watchPool(pool);
     return pool;
