@@ -20,7 +20,7 @@ import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './d
 import { requireSchemaName } from './db/identifier.js';
 import { DatabaseError, DedupeConflictError, QueueClosedError, ValidationError } from './errors.js';
 import { type MigrateResult, migrate } from './migrations/migrate.js';
-import { JobStore } from './store/job-store.js';
+import { JobStore, type LeaseRenewal } from './store/job-store.js';
 import type {
   BackoffOptions,
   ClaimedJob,
@@ -112,6 +112,22 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
 export const DEFAULT_CONNECT_TIMEOUT_MS = 10_000;
 const REQUEUE_BATCH = 1_000;
 
+/** What the Worker reaches inside a Queue besides its public API (not exported from the package). */
+export interface QueueInternals {
+  store: JobStore;
+  pool: PoolExecutor;
+}
+
+const internals = new WeakMap<Queue, QueueInternals>();
+
+/** The store and pool of `queue`, for the Worker's ctx.transaction. */
+export function queueInternals(queue: Queue): QueueInternals {
+  const found = internals.get(queue);
+  if (!found) throw new Error('not a skiplock Queue');
+  if (queue.isClosed) throw new QueueClosedError();
+  return found;
+}
+
 /**
  * A Skiplock queue on one PostgreSQL schema: enqueue, claim, and every transition of a job's
  * life, each one statement that keeps the invariants of SPEC §1.
@@ -198,6 +214,12 @@ export class Queue {
       throw new ValidationError('preparedStatements', 'must be true or false');
     }
     if (opts.preparedStatements !== false) this.store.prepareOn(this.pool);
+    internals.set(this, { store: this.store, pool: this.pool });
+  }
+
+  /** True after `close()`. */
+  get isClosed(): boolean {
+    return this.closed;
   }
 
   private createEnqueueBatcher(setting: QueueOptions['batchEnqueue']): Batcher<NewJob, EnqueueResult> | null {
@@ -266,45 +288,60 @@ export class Queue {
     rejectUnknownKeys(opts, ['client'], 'options');
     const jobs = toNewJobs(specs);
     if (jobs.length === 0) return [];
-    return this.insertBatch(this.writer(opts.client), jobs, true);
+    if (opts.client !== undefined)
+      return settledOrThrow(await this.insertBatch(this.writer(opts.client), jobs, true));
+    // One statement is atomic; a batch with dedupe keys may need follow-up statements (holder
+    // lookups, a second INSERT), so it runs in a transaction of its own: all rows or none.
+    if (jobs.every((job) => job.dedupeKey === null)) {
+      return settledOrThrow(await this.insertBatch(this.pool, jobs, true));
+    }
+    return inTransaction(this.pool, async (db) => settledOrThrow(await this.insertBatch(db, jobs, true)));
   }
 
   /**
    * One INSERT for the batch, then the holders of dedupe hits looked up in a new statement,
    * whose snapshot sees them (§1.7); a holder that finished meanwhile means inserting again.
+   * Rejects only when its first INSERT fails (then nothing was written). After that, each job
+   * settles with its own fate (SPEC §3): a later step that fails fails only the jobs it was for,
+   * never one whose row was written.
    */
   private async insertBatch(
     db: Executor,
     jobs: NewJob[],
     notify: boolean,
-    progress: { wrote: boolean } = { wrote: false },
-  ): Promise<EnqueueResult[]> {
-    const results: EnqueueResult[] = new Array(jobs.length);
+  ): Promise<Settled<EnqueueResult>[]> {
+    const results: Settled<EnqueueResult>[] = new Array(jobs.length);
     let todo = jobs.map((job, index) => ({ job, index }));
     for (let round = 0; todo.length > 0; round++) {
-      if (round === MAX_DEDUPE_ROUNDS) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
-      const inserted = await this.store.insertMany(
-        db,
-        todo.map((t) => t.job),
-        notify,
-      );
-      progress.wrote = true;
-      const hits: typeof todo = [];
-      todo.forEach((t, i) => {
-        const row = inserted[i];
-        if (row?.created) results[t.index] = { id: row.id, created: true };
-        else hits.push(t);
-      });
-      if (hits.length === 0) break;
-      const holders = await this.store.activeIdsByKey(
-        db,
-        hits.map((h) => h.job.dedupeKey as string),
-      );
-      todo = hits.filter((h) => {
-        const holder = holders.get(h.job.dedupeKey as string);
-        if (holder !== undefined) results[h.index] = { id: holder, created: false };
-        return holder === undefined;
-      });
+      try {
+        if (round === MAX_DEDUPE_ROUNDS) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
+        const inserted = await this.store.insertMany(
+          db,
+          todo.map((t) => t.job),
+          notify,
+        );
+        const hits: typeof todo = [];
+        todo.forEach((t, i) => {
+          const row = inserted[i];
+          if (row?.created) results[t.index] = { ok: true, value: { id: row.id, created: true } };
+          else hits.push(t);
+        });
+        todo = hits;
+        if (hits.length === 0) break;
+        const holders = await this.store.activeIdsByKey(
+          db,
+          hits.map((h) => h.job.dedupeKey as string),
+        );
+        todo = hits.filter((h) => {
+          const holder = holders.get(h.job.dedupeKey as string);
+          if (holder !== undefined) results[h.index] = { ok: true, value: { id: holder, created: false } };
+          return holder === undefined;
+        });
+      } catch (error) {
+        if (round === 0 && todo.length === jobs.length) throw error; // nothing was written
+        for (const t of todo) results[t.index] = { ok: false, error };
+        break;
+      }
     }
     return results;
   }
@@ -312,19 +349,17 @@ export class Queue {
   /**
    * The flush of automatic enqueue batching: one INSERT and one commit for every enqueue call
    * that arrived together, then one coalesced NOTIFY after the commit (§1.9: a hint, kept off
-   * the commit path). If the batch fails for a reason other than the connection, each job is
+   * the commit path). Each caller settles with its own job's fate (SPEC §3). If the INSERT
+   * itself fails for a reason other than the connection (nothing was written), each job is
    * retried alone so that each caller gets its own outcome.
    */
   private async flushEnqueues(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
-    const progress = { wrote: false };
     try {
-      const results = await this.insertBatch(this.pool, jobs, false, progress);
-      if (results.some((r) => r.created)) this.hint();
-      return results.map((value) => ({ ok: true, value }));
+      const results = await this.insertBatch(this.pool, jobs, false);
+      if (results.some((r) => r.ok && r.value.created)) this.hint();
+      return results;
     } catch (error) {
-      // Once an INSERT committed, inserting one by one could duplicate jobs: report the error.
-      if (progress.wrote) this.hint();
-      if (progress.wrote || jobs.length === 1 || isConnectionError(error)) throw error;
+      if (jobs.length === 1 || isConnectionError(error)) throw error;
       return Promise.all(
         jobs.map((job) =>
           this.insertOne(this.pool, job).then(
@@ -404,8 +439,7 @@ export class Queue {
       resultJson: toJsonText(item?.result, `items[${i}].result`),
     }));
     if (checked.length === 0) return [];
-    const done = await this.store.completeMany(this.pool, checked);
-    return checked.map((item) => done.has(item.lease.id));
+    return this.store.completeMany(this.pool, checked);
   }
 
   /**
@@ -447,14 +481,11 @@ export class Queue {
 
   /**
    * Renews, in one statement, the leases of `workerId`'s running jobs (the worker's heartbeat).
-   * Returns the leases still owned, keyed `id/attempt`, each with whether its cancellation was
-   * requested; a lease missing from the result is lost.
+   * Answers per lease, in input order: `renewed` (with whether its cancellation was requested),
+   * `busy` (still owned, but its row is locked by another transaction, so it was skipped rather
+   * than waited for) or `lost`.
    */
-  async renewLeases(
-    workerId: string,
-    leases: readonly Lease[],
-    leaseMs?: number,
-  ): Promise<Map<string, { cancelRequested: boolean }>> {
+  async renewLeases(workerId: string, leases: readonly Lease[], leaseMs?: number): Promise<LeaseRenewal[]> {
     this.assertOpen();
     const owner = requireName(workerId, 'workerId');
     const checked = leases.map((lease, i) => requireLease(lease, `leases[${i}]`));
@@ -747,6 +778,14 @@ export class Queue {
   private assertOpen(): void {
     if (this.closed) throw new QueueClosedError();
   }
+}
+
+/** The values of a batch whose jobs all settled well; else the first job's error. */
+function settledOrThrow(results: Settled<EnqueueResult>[]): EnqueueResult[] {
+  return results.map((result) => {
+    if (!result.ok) throw result.error;
+    return result.value;
+  });
 }
 
 function dedupeRace(dedupeKey: string | null): DatabaseError {

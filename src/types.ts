@@ -21,11 +21,13 @@ export interface Job<P = unknown> {
   payload: P;
   result: unknown;
   dedupeKey: string | null;
-  /** Claims so far (a claim spends an attempt; `release` gives it back). */
+  /** Claims so far (a claim spends an attempt; `release` gives it back; `requeue` resets it). */
   attempts: number;
   maxAttempts: number;
   runAfter: Date;
+  /** Set only while the job is running. */
   leaseUntil: Date | null;
+  /** The worker running it; set only while the job is running (see `attemptedBy`). */
   workerId: string | null;
   runStartedAt: Date | null;
   timeoutMs: number | null;
@@ -34,17 +36,22 @@ export interface Job<P = unknown> {
   cancelRequestedAt: Date | null;
   createdAt: Date;
   updatedAt: Date;
+  /** The worker ids of its claims, oldest first (the last 25). */
+  attemptedBy: string[];
 }
 
 /**
- * Proof of ownership of one claim of one job (SPEC §1.3). complete, fail, renewLease and release
- * match all three fields, so a lease from an earlier claim of the same job changes nothing.
+ * Proof of ownership of one claim of one job (SPEC §1.3). complete, fail, renewLease, release and
+ * their batch forms match all four fields, so a lease from any other claim of the same job —
+ * earlier, or given back by `release`, or from before a `requeue` — changes nothing.
  */
 export interface Lease {
   id: string;
   workerId: string;
   /** The job's `attempts` right after this claim. */
   attempt: number;
+  /** Opaque; no other claim of this job ever gets the same token. Pass it back unchanged. */
+  token: string;
 }
 
 /** A job returned by `claim`: the job, plus the lease that owns it. */

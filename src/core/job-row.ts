@@ -24,6 +24,9 @@ export interface JobRow {
   cancel_requested_at: Date | null;
   created_at: Date;
   updated_at: Date;
+  attempted_by: string[] | null;
+  /** Claims so far, as text: the claim token of the latest claim. */
+  claims: string;
 }
 
 /** Maps a row to the public {@link Job} shape. */
@@ -48,13 +51,14 @@ export function toJob(row: JobRow): Job {
     cancelRequestedAt: toDateOrNull(row.cancel_requested_at),
     createdAt: toDate(row.created_at),
     updatedAt: toDate(row.updated_at),
+    attemptedBy: row.attempted_by ?? [],
   };
 }
 
 /** Maps a freshly claimed row to a {@link ClaimedJob}: the job plus its lease. */
 export function toClaimedJob(row: JobRow): ClaimedJob {
   const job = toJob(row);
-  return { ...job, workerId: row.worker_id ?? '', attempt: job.attempts };
+  return { ...job, workerId: row.worker_id ?? '', attempt: job.attempts, token: String(row.claims) };
 }
 
 function toDate(value: Date | string | number): Date {

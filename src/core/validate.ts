@@ -116,7 +116,19 @@ export function requireLease(value: unknown, field = 'lease'): Lease {
     id: requireJobId(lease.id, `${field}.id`),
     workerId: requireName(lease.workerId, `${field}.workerId`),
     attempt: requireInt(lease.attempt, `${field}.attempt`, 1),
+    token: requireToken(lease.token, `${field}.token`),
   };
+}
+
+/** A claim token as `claim()` returns it (SPEC §1.3): opaque to callers, a positive int8 here. */
+function requireToken(value: unknown, field: string): string {
+  if (typeof value !== 'string' || !/^[1-9][0-9]{0,18}$/.test(value) || BigInt(value) > INT8_MAX) {
+    throw new ValidationError(
+      field,
+      `must be the token of the lease returned by claim() (a lease without its token cannot prove ownership), got ${describe(value)}`,
+    );
+  }
+  return value;
 }
 
 /** One of the five statuses. */

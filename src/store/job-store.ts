@@ -114,19 +114,42 @@ export class JobStore {
     return rows.length === 1;
   }
 
-  /** Completes many leases in one statement; returns the ids that completed. */
+  /**
+   * Completes many leases in one statement; answers per input item, in input order (SPEC §3):
+   * a stale and a live lease of one job each get their own answer, and a lease listed twice
+   * completes once (its first entry answers true).
+   */
   async completeMany(
     db: Executor,
     batch: readonly { lease: Lease; resultJson: string }[],
-  ): Promise<Set<string>> {
-    const items = byId(batch, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
-    const rows = await this.run<{ id: string }>(db, this.sql.completeMany, [
+  ): Promise<boolean[]> {
+    const first = new Map<string, number>();
+    batch.forEach((item, i) => {
+      const key = leaseKey(item.lease);
+      if (!first.has(key)) first.set(key, i);
+    });
+    const unique = [...first.values()].map((i) => batch[i] as { lease: Lease; resultJson: string });
+    const items = byId(unique, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
+    const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
       items.map((i) => i.lease.id),
       items.map((i) => i.lease.workerId),
       items.map((i) => i.lease.attempt),
+      items.map((i) => i.lease.token),
       items.map((i) => i.resultJson),
     ]);
-    return new Set(rows.map((row) => String(row.id)));
+    const completed = new Set(rows.map((row) => `${row.id}/${row.token}`));
+    return batch.map(
+      (item, i) => first.get(leaseKey(item.lease)) === i && completed.has(leaseKey(item.lease)),
+    );
+  }
+
+  /**
+   * Locks the job's row under `lease` inside the caller's transaction (`db` must be its
+   * client); false when the lease no longer owns the job.
+   */
+  async lockLease(db: Executor, lease: Lease): Promise<boolean> {
+    const rows = await this.run(db, this.sql.lockLease, leaseValues(lease));
+    return rows.length === 1;
   }
 
   async fail(
@@ -149,25 +172,36 @@ export class JobStore {
   }
 
   /**
-   * Renews every listed lease of `workerId`; returns the ones still owned, keyed `id/attempt`,
-   * with their cancel flag.
+   * Renews every listed lease of `workerId` (each must be one of its own); answers per lease, in
+   * input order: `renewed`, `busy` (still its own, but its row is locked by another transaction
+   * and was skipped rather than waited for) or `lost`, with the cancel flag of renewed ones.
    */
   async renewLeases(
     db: Executor,
     workerId: string,
     leases: readonly Lease[],
     leaseMs: number,
-  ): Promise<Map<string, { cancelRequested: boolean }>> {
-    if (leases.length === 0) return new Map();
-    leases = byId(leases, (l) => l.id); // one lock order for all batch statements: no deadlocks
-    const rows = await this.run<{ id: string; attempts: number; cancel_requested: boolean }>(
-      db,
-      this.sql.renewLeases,
-      [workerId, leases.map((l) => l.id), leases.map((l) => l.attempt), leaseMs],
-    );
-    return new Map(
-      rows.map((row) => [`${row.id}/${Number(row.attempts)}`, { cancelRequested: row.cancel_requested }]),
-    );
+  ): Promise<LeaseRenewal[]> {
+    if (leases.length === 0) return [];
+    const rows = await this.run<{
+      id: string;
+      token: string;
+      renewed: boolean;
+      owned: boolean;
+      cancel_requested: boolean;
+    }>(db, this.sql.renewLeases, [
+      workerId,
+      leases.map((l) => l.id),
+      leases.map((l) => l.attempt),
+      leases.map((l) => l.token),
+      leaseMs,
+    ]);
+    const answers = new Map(rows.map((row) => [`${row.id}/${row.token}`, row]));
+    return leases.map((lease) => {
+      const row = answers.get(leaseKey(lease));
+      const state = row?.renewed ? 'renewed' : row?.owned ? 'busy' : 'lost';
+      return { state, cancelRequested: row?.cancel_requested === true };
+    });
   }
 
   async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {
@@ -371,6 +405,18 @@ interface NamedQuery {
   query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
 }
 
-function leaseValues(lease: Lease): [string, string, number] {
-  return [lease.id, lease.workerId, lease.attempt];
+function leaseValues(lease: Lease): [string, string, number, string] {
+  return [lease.id, lease.workerId, lease.attempt, lease.token];
+}
+
+/** One claim of one job: id and token (the token alone is unique per job, not across jobs). */
+function leaseKey(lease: Lease): string {
+  return `${lease.id}/${lease.token}`;
+}
+
+/** What a heartbeat learned about one lease. */
+export interface LeaseRenewal {
+  state: 'renewed' | 'busy' | 'lost';
+  /** `queue.cancel(id)` was called while it ran (known only when renewed). */
+  cancelRequested: boolean;
 }

@@ -9,7 +9,7 @@ import { quoteLiteral } from '../db/identifier.js';
 export const JOB_COLUMNS =
   'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
   'run_after, lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, ' +
-  'created_at, updated_at';
+  'created_at, updated_at, attempted_by, claims::text AS claims';
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 const ACTIVE = `status IN ('pending', 'running')`;
@@ -26,8 +26,14 @@ const RUN_AFTER = (runAt: string, delayMs: string) =>
  * fifth execution, when the generic plan took over (scratch run, bench W2 drain loop).
  */
 const OPAQUE_RUNNING = `(j.status || '') = 'running'`;
-/** §1.2/§1.3 compare-and-set guard of every owner transition: status, owner and attempt. */
-const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3`;
+/**
+ * §1.2/§1.3 compare-and-set guard of every owner transition: status, and all four fields of the
+ * lease — the claim token (`claims`, which no other claim of the job ever gets) closes ABA
+ * through release() and requeue(), which give back or reset `attempts`.
+ */
+const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3 AND claims = $4::bigint`;
+/** SPEC §2: the worker ids of a job's claims, oldest first, the last 25; $1 is the new one. */
+const APPEND_ATTEMPTED_BY = `(attempted_by || $1::text)[greatest(1, cardinality(attempted_by) - 23):]`;
 
 /** The statements of one schema. */
 export type Statements = ReturnType<typeof buildStatements>;
@@ -67,7 +73,9 @@ export function buildStatements(s: string) {
         INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
         SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
                ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms
-        FROM input ORDER BY ord
+        -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
+        -- one order and never deadlock (a key repeated in the batch: its first entry wins)
+        FROM input ORDER BY dedupe_key, ord
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       ), notified AS (
@@ -85,7 +93,8 @@ export function buildStatements(s: string) {
 
     /**
      * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED and claim in the same UPDATE;
-     * §1.2 the outer WHERE re-checks the status; §1.4 lease and run_after in database time.
+     * §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1, never
+     * reused); §1.4 lease and run_after in database time.
      * Rows come back in claim order (microsecond run_after, numeric id).
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
      */
@@ -101,7 +110,8 @@ export function buildStatements(s: string) {
       )
       , claimed AS (
         UPDATE ${jobs} SET
-          status = 'running', worker_id = $1, attempts = attempts + 1,
+          status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
+          attempted_by = ${APPEND_ATTEMPTED_BY},
           lease_until = now() + $5::float8 * interval '1 millisecond',
           run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
         WHERE id IN (SELECT id FROM picked) AND status = 'pending'
@@ -109,36 +119,42 @@ export function buildStatements(s: string) {
       )
       SELECT * FROM claimed ORDER BY priority, run_after, claim_order_id`,
 
-    /** §1.2/§1.3 running → done, only for the lease's owner and attempt. $4 result. */
+    /** §1.2/§1.3 running → done, only under the lease (all four fields). $5 result. */
     complete: `
-      UPDATE ${jobs} SET status = 'done', result = $4::jsonb, lease_until = NULL, updated_at = now()
+      UPDATE ${jobs} SET status = 'done', result = $5::jsonb, lease_until = NULL, worker_id = NULL,
+                         updated_at = now()
       WHERE ${LEASE_GUARD}
       RETURNING id`,
 
     /**
      * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
-     * that no longer owns its job completes nothing. Returns the ids that completed. Rows are
-     * found by primary key (see OPAQUE_RUNNING).
-     * $1 ids, $2 worker ids, $3 attempts, $4 results (JSON text).
+     * that no longer owns its job completes nothing. Returns the (id, token) of each lease that
+     * completed, so a stale and a live lease of one job get their own answers. Rows are found by
+     * primary key (see OPAQUE_RUNNING).
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text).
      */
     completeMany: `
-      UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, updated_at = now()
-      FROM unnest($1::bigint[], $2::text[], $3::int[], $4::text[]) AS c(id, worker_id, attempt, result)
+      UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
+                              updated_at = now()
+      FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[])
+           AS c(id, worker_id, attempt, token, result)
       WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
-      RETURNING j.id::text AS id`,
+        AND j.claims = c.token
+      RETURNING j.id::text AS id, c.token::text AS token`,
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are
      * spent (§1.8, keeping last_error); cancelled instead when cancellation was requested
-     * meanwhile, so a failing handler cannot make a cancelled job run again. $4 error text.
+     * meanwhile, so a failing handler cannot make a cancelled job run again. §2 worker_id only
+     * while running. $5 error text, $6 retry delay ms.
      */
     fail: `
       UPDATE ${jobs} SET
         status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
                       WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
         run_after = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN run_after
-                         ELSE now() + $5::float8 * interval '1 millisecond' END,
-        last_error = $4, lease_until = NULL, updated_at = now()
+                         ELSE now() + $6::float8 * interval '1 millisecond' END,
+        last_error = $5, lease_until = NULL, worker_id = NULL, updated_at = now()
       WHERE ${LEASE_GUARD}
       RETURNING status`,
 
@@ -147,28 +163,54 @@ export function buildStatements(s: string) {
      * (no indexed column), so it can be a HOT update.
      */
     renewLease: `
-      UPDATE ${jobs} SET lease_until = now() + $4::float8 * interval '1 millisecond'
+      UPDATE ${jobs} SET lease_until = now() + $5::float8 * interval '1 millisecond'
       WHERE ${LEASE_GUARD}
       RETURNING id`,
 
     /**
-     * §1.3 the heartbeat of a whole worker in one statement: renews each (id, attempt) it still
-     * owns, in database time (§1.4). A missing row means that lease is lost. Also reports
-     * whether cancellation was requested, so a lost NOTIFY cannot hide a cancel.
-     * $1 worker_id, $2 ids, $3 attempts, $4 lease ms.
+     * §1.3 the heartbeat of a whole worker in one statement: renews each lease it still holds,
+     * in database time (§1.4), and reports per lease `renewed`, or `owned` without `renewed`
+     * (busy: the row is locked by another transaction — e.g. the job's own ctx.transaction — and
+     * was skipped, never waited for, so one locked row cannot stall every lease of the worker),
+     * or neither (lost). Also reports whether cancellation was requested, so a lost NOTIFY
+     * cannot hide a cancel. Rows are locked in id order (no deadlock with other batches).
+     * $1 worker_id, $2 ids, $3 attempts, $4 tokens, $5 lease ms.
      */
     renewLeases: `
-      UPDATE ${jobs} AS j SET lease_until = now() + $4::float8 * interval '1 millisecond'
-      FROM unnest($2::bigint[], $3::int[]) AS l(id, attempt)
-      WHERE j.id = l.id AND ${OPAQUE_RUNNING} AND j.worker_id = $1 AND j.attempts = l.attempt
-      RETURNING j.id::text AS id, j.attempts, (j.cancel_requested_at IS NOT NULL) AS cancel_requested`,
+      WITH held AS MATERIALIZED (
+        SELECT l.id, l.attempt, l.token FROM unnest($2::bigint[], $3::int[], $4::bigint[]) AS l(id, attempt, token)
+      ), locked AS MATERIALIZED (
+        SELECT j.id FROM ${jobs} AS j JOIN held AS h ON j.id = h.id
+        WHERE ${OPAQUE_RUNNING} AND j.worker_id = $1 AND j.attempts = h.attempt AND j.claims = h.token
+        ORDER BY j.id
+        FOR NO KEY UPDATE OF j SKIP LOCKED
+      ), renewed AS (
+        UPDATE ${jobs} AS j SET lease_until = now() + $5::float8 * interval '1 millisecond'
+        FROM locked WHERE j.id = locked.id
+        RETURNING j.id, j.claims, (j.cancel_requested_at IS NOT NULL) AS cancel_requested
+      )
+      SELECT h.id::text AS id, h.token::text AS token, (r.id IS NOT NULL) AS renewed,
+             coalesce(r.cancel_requested, false) AS cancel_requested,
+             (r.id IS NOT NULL OR EXISTS (
+                SELECT 1 FROM ${jobs} AS j
+                WHERE j.id = h.id AND ${OPAQUE_RUNNING} AND j.worker_id = $1 AND j.claims = h.token
+             )) AS owned
+      FROM held AS h LEFT JOIN renewed AS r ON r.id = h.id AND r.claims = h.token -- per claim, not per job`,
+
+    /**
+     * §1.2/§1.3 locks the job's row under its lease, inside the caller's transaction (the
+     * worker's ctx.transaction, before the handler's function runs): no row means the lease is
+     * gone. While the lock is held nobody can reap or complete the job.
+     */
+    lockLease: `SELECT id FROM ${jobs} WHERE ${LEASE_GUARD} FOR NO KEY UPDATE`,
 
     /**
      * §1.2/§1.3 running → cancelled for the owner of a job whose cancellation was requested,
-     * once its handler has been aborted. $4 note stored as last_error.
+     * once its handler has been aborted. $5 note stored as last_error.
      */
     cancelRunning: `
-      UPDATE ${jobs} SET status = 'cancelled', lease_until = NULL, last_error = $4, updated_at = now()
+      UPDATE ${jobs} SET status = 'cancelled', lease_until = NULL, worker_id = NULL, last_error = $5,
+                         updated_at = now()
       WHERE ${LEASE_GUARD} AND cancel_requested_at IS NOT NULL
       RETURNING id`,
 
@@ -183,8 +225,9 @@ export function buildStatements(s: string) {
         AND ($2::text[] IS NULL OR queue = ANY($2::text[]))`,
 
     /**
-     * §1.3 running → pending without spending the attempt (shutdown). A job whose cancellation
-     * was requested ends cancelled instead of running again.
+     * §1.3 running → pending without spending the attempt (shutdown); the claim token is not
+     * given back, so this lease stays dead forever. A job whose cancellation was requested ends
+     * cancelled instead of running again. $5 channel.
      */
     release: `
       WITH released AS (
@@ -196,7 +239,7 @@ export function buildStatements(s: string) {
         RETURNING id, status
       )
       -- §1.9 a job put back wakes an idle worker (a rolling deploy hands work over at once)
-      SELECT id, CASE WHEN status = 'pending' THEN pg_notify($4, 'jobs') END AS notified FROM released`,
+      SELECT id, CASE WHEN status = 'pending' THEN pg_notify($5, 'jobs') END AS notified FROM released`,
 
     /**
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are

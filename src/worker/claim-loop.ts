@@ -4,6 +4,7 @@
  * guards against lost notifications. Claim passes are single-flight: a burst of hints during a
  * pass causes one more pass, not one per hint.
  */
+import { performance } from 'node:perf_hooks';
 import type { ClaimedJob } from '../types.js';
 
 /** Longest timer Node accepts (~24.8 days). */
@@ -15,8 +16,13 @@ export interface ClaimLoopDeps {
   /** Milliseconds until the next pending job is due (database time), or null. */
   nextDueInMs(): Promise<number | null>;
   freeSlots(): number;
-  /** Starts a claimed job (must not throw). */
-  run(job: ClaimedJob): void;
+  /**
+   * Starts a claimed job (must not throw). `sentAt` (performance.now()) is when the claim was
+   * sent: its lease runs from then at the latest.
+   */
+  run(job: ClaimedJob, sentAt: number): void;
+  /** Gives back at once jobs claimed while the loop was stopping: they were never started. */
+  giveBack(jobs: ClaimedJob[]): Promise<void>;
   onError(error: unknown, during: string): void;
   pollIntervalMs: number;
 }
@@ -110,6 +116,7 @@ export class ClaimLoop {
       const free = this.deps.freeSlots();
       if (free <= 0 || this.stopped) return;
       let jobs: ClaimedJob[];
+      const sentAt = performance.now();
       try {
         jobs = await this.deps.claim(free);
         this.failures = 0;
@@ -118,7 +125,12 @@ export class ClaimLoop {
         this.retryLater(error);
         return;
       }
-      for (const job of jobs) this.deps.run(job);
+      if (this.stopped) {
+        // stop() began while the claim was in flight: these jobs never start here.
+        if (jobs.length > 0) await this.deps.giveBack(jobs);
+        return;
+      }
+      for (const job of jobs) this.deps.run(job, sentAt);
       if (jobs.length < free) {
         this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
         await this.armDueTimer();

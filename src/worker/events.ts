@@ -12,13 +12,19 @@ export interface WorkerEvents {
   'job:dead': { job: ClaimedJob; error: unknown; durationMs: number };
   /** The job was cancelled while it ran (`queue.cancel(id)`), and its handler was aborted. */
   'job:cancelled': { job: ClaimedJob; durationMs: number };
-  /** On stop, the job was still running after the timeout: aborted and put back (attempt not spent). */
+  /**
+   * Given back without spending the attempt: claimed while the worker was stopping (never
+   * started), or aborted by stop() past its timeout and settled within the grace period.
+   */
   'job:released': { job: ClaimedJob };
   /**
-   * The handler ignored its aborted signal (deadline, cancel) for the whole grace period. Its
-   * slot was freed and its outcome written; the handler itself may still be running.
+   * The handler ignored its aborted signal (deadline, cancel, lost lease, stop) for the whole
+   * grace period; the handler itself may still be running, so its job is never handed to another
+   * worker while its lease could still be this one's: after a deadline the failure is written
+   * with the retry held back until then; after a stop nothing is written and the job comes back
+   * when its lease expires.
    */
-  'job:runaway': { job: ClaimedJob; reason: 'deadline' | 'cancel' | 'lost'; graceMs: number };
+  'job:runaway': { job: ClaimedJob; reason: 'deadline' | 'cancel' | 'lost' | 'stop'; graceMs: number };
   /** The worker no longer owns the job (its lease expired and it was reclaimed). The handler's
    * signal was aborted; whatever it returns is discarded. */
   'lease:lost': { job: ClaimedJob };

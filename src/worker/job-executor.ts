@@ -1,16 +1,24 @@
 /**
- * Runs one job's handler and writes its outcome: done, retry, dead or cancelled — each a
- * compare-and-set on the lease (SPEC §1.2/§1.3), so an outcome of a job this worker no longer
- * owns changes nothing. Writes that fail because the database is away are retried while the
- * lease lasts (SPEC §3: a worker survives a database restart).
+ * Runs one job's handler and writes its outcome: done, retry, dead, cancelled or released —
+ * each a compare-and-set on the lease (SPEC §1.2/§1.3), so an outcome of a job this worker no
+ * longer owns changes nothing. Writes that fail because the database is away (or read-only
+ * right after a failover) are retried while the lease lasts (SPEC §3: a worker survives a
+ * database restart).
+ *
+ * A handler that settled decides the outcome. A handler abandoned after its grace period (a
+ * runaway) may still be running: after a deadline its failure is written with the retry held
+ * back until its lease would have expired, so no other worker starts the job while the lease
+ * could still be this one's; after a stop nothing is written (the job returns through expiry);
+ * after a lost lease nothing is written either.
  */
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
-import { DatabaseError, LeaseLostError } from '../errors.js';
-import type { Queue } from '../queue.js';
+import { isDriverError, withSession } from '../db/executor.js';
+import { DatabaseError, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import { type Queue, queueInternals } from '../queue.js';
 import type { BackoffOptions, ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
@@ -31,14 +39,16 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   const settled = callHandler(run, handler, deps.queue);
   const outcome = await Promise.race([settled, run.abandoned]);
   run.clearTimers();
-  if (run.released) return; // stop() put it back; nothing to write
   run.phase = 'writing';
-  if (outcome.kind === 'abandoned' && run.abortReason && run.abortReason !== 'shutdown') {
+  if (outcome.kind === 'abandoned' && run.abortReason) {
     deps.emit('job:runaway', {
       job: run.job,
-      reason: run.abortReason,
+      reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
       graceMs: run.graceMsSetting,
     });
+    // A runaway may still commit its ctx.transaction: wait for that to settle before the slot
+    // is freed, so its outcome is known (a lease check refuses it after a stop or a loss).
+    if (run.transaction === 'open' || run.transaction === 'committing') await settled;
   }
   await writeOutcome(run, outcome, deps);
 }
@@ -59,7 +69,22 @@ function callHandler(run: JobRun, handler: Handler, queue: Queue): Promise<Handl
   })();
 }
 
-/** ctx.transaction: the handler's writes and the job's completion in one transaction. */
+/**
+ * Throws unless this run may still write: its signal not aborted (deadline, cancel, lost, stop),
+ * its local lease deadline not passed (a paused or cut-off process learns it here, without
+ * asking the database), and stop() not resolved.
+ */
+function assertOwned(run: JobRun): void {
+  if (run.writesClosed) throw new WorkerStoppingError();
+  if (run.checkLease()) throw new LeaseLostError(run.job.id);
+  if (run.signal.aborted) throw run.signal.reason;
+}
+
+/**
+ * ctx.transaction: the handler's writes and the job's completion in one transaction. The job's
+ * row is locked under the lease *before* `fn` runs (no row: the lease is gone, and `fn` never
+ * runs), and ownership is checked again before the completion and COMMIT.
+ */
 async function completeInTransaction<T>(
   run: JobRun,
   queue: Queue,
@@ -67,23 +92,78 @@ async function completeInTransaction<T>(
 ): Promise<T> {
   if (run.transactionUsed) throw new Error('ctx.transaction() may be called once per job');
   run.transactionUsed = true;
-  const value = await queue.transaction(async (client) => {
-    const result = await fn(client);
-    if (run.signal.aborted) throw run.signal.reason; // deadline, cancel or lost: roll back
-    if (!(await queue.complete(run.job, result, { client }))) throw new LeaseLostError(run.job.id);
+  assertOwned(run);
+  const { pool, store } = queueInternals(queue);
+  const value = await withSession(pool, async (session, markBroken) => {
+    await statement(session, 'BEGIN', markBroken);
+    let result: T;
+    try {
+      if (!(await store.lockLease(session, run.job))) throw new LeaseLostError(run.job.id);
+      run.transaction = 'open';
+      result = await fn(session as unknown as pg.PoolClient);
+      assertOwned(run); // deadline, cancel, lost or stop while fn ran: roll back
+      const resultJson = toJsonText(result, 'result');
+      if (!(await store.complete(session, run.job, resultJson))) throw new LeaseLostError(run.job.id);
+      assertOwned(run);
+    } catch (error) {
+      run.transaction = 'none';
+      try {
+        await session.query('ROLLBACK');
+      } catch (rollbackError) {
+        markBroken(rollbackError);
+      }
+      throw error;
+    }
+    run.transaction = 'committing';
+    const commit = statement(session, 'COMMIT', markBroken);
+    run.inFlight = commit;
+    try {
+      await commit;
+    } catch (error) {
+      run.transaction = 'none';
+      throw error;
+    } finally {
+      run.inFlight = null;
+    }
+    run.transaction = 'committed';
     return result;
   });
   run.committed = { value };
   return value;
 }
 
+async function statement(
+  session: { query(text: string): Promise<unknown> },
+  text: string,
+  markBroken: (error: unknown) => void,
+): Promise<void> {
+  try {
+    await session.query(text);
+  } catch (error) {
+    if (isDriverError(error)) markBroken(error);
+    throw error;
+  }
+}
+
 async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: ExecutorDeps): Promise<void> {
   const { job } = run;
   const durationMs = run.durationMs;
-  if (run.abortReason === 'lost') return; // lease:lost was reported when it was detected
   if (outcome.kind === 'committed') {
     deps.emit('job:done', { job, result: outcome.value, durationMs });
     return;
+  }
+  if (run.abortReason === 'lost') return; // lease:lost was reported when it was detected
+  if (run.abortReason === 'shutdown') {
+    // Stopping: a runaway keeps the job until its lease expires (nothing written); a handler
+    // that settled with an error gives the job back without spending the attempt; one that
+    // returned a value did the work and completes.
+    if (outcome.kind === 'abandoned') return;
+    if (outcome.kind === 'error') {
+      const released = await persist(run, deps, 'releasing a job on stop', () => deps.queue.release(job));
+      if (released) deps.emit('job:released', { job });
+      else if (released === false) deps.emit('lease:lost', { job });
+      return;
+    }
   }
   if (run.abortReason === 'cancel') {
     const ok = await persist(run, deps, 'recording a cancellation', () =>
@@ -108,9 +188,11 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
     }
     error = unserialisable;
   }
-  const retryInMs = deps.backoff
+  let retryInMs = deps.backoff
     ? computeBackoff(job.attempt, deps.backoff.baseMs, deps.backoff.capMs, deps.backoff.jitter)
     : deps.queue.retryDelay(job.attempt);
+  // A runaway may still be running: no retry may start while its lease could still be ours.
+  if (outcome.kind === 'abandoned') retryInMs = Math.max(retryInMs, Math.ceil(run.leaseRemainingMs()));
   const status = await persist(run, deps, 'recording a failure', () =>
     deps.queue.fail(job, error, { retryInMs }),
   );
@@ -134,6 +216,14 @@ function resultProblem(value: unknown, task: string): Error | null {
   }
 }
 
+/** SQLSTATEs after which the same write can simply run again. */
+function retryable(error: unknown): boolean {
+  if (isConnectionError(error)) return true;
+  // deadlock, serialization failure, read-only (a standby promoted a moment ago, or a failover
+  // that reconnected us to the old primary)
+  return error instanceof DatabaseError && /^(40P01|40001|25006)$/.test(error.sqlState ?? '');
+}
+
 /**
  * Runs a write, retrying while the database is unreachable and the lease still lasts. Returns
  * the write's value, or `undefined` when it gave up (the reaper will recover the job).
@@ -145,15 +235,14 @@ async function persist<T>(
   write: () => Promise<T>,
 ): Promise<T | undefined> {
   for (let attempt = 0; ; attempt++) {
+    if (run.writesClosed) return undefined;
     try {
-      return await write();
+      const pending = write();
+      run.inFlight = pending;
+      return await pending;
     } catch (error) {
-      // The database away, or a deadlock/serialization failure: the write can simply run again.
-      const retryable =
-        isConnectionError(error) ||
-        (error instanceof DatabaseError && /^40(P01|001)$/.test(error.sqlState ?? ''));
       const delay = Math.min(2_000, 100 * 2 ** attempt);
-      if (!retryable || run.writesCancelled || performance.now() + delay >= run.leaseExpiresAt) {
+      if (!retryable(error) || run.writesClosed || performance.now() + delay >= run.leaseDeadline) {
         deps.onError(
           error,
           `${during} (job ${run.job.id}); the reaper will recover it when its lease expires`,
@@ -162,7 +251,8 @@ async function persist<T>(
       }
       deps.onError(error, `${during} (job ${run.job.id}); retrying in ${delay} ms`);
       await run.sleep(delay);
-      if (run.writesCancelled) return undefined;
+    } finally {
+      run.inFlight = null;
     }
   }
 }

@@ -3,9 +3,11 @@
  *
  *   running ──handler settles──▶ writing ──outcome written (or dropped)──▶ finished
  *      │
- *      ├─ deadline / cancel / lease lost: signal aborted; the handler gets `graceMs` to settle,
- *      │  then it is abandoned (a "runaway") and the run moves on to writing
- *      └─ stop() past its timeout: signal aborted, abandoned at once, released (nothing written)
+ *      ├─ deadline / cancel / lease lost / stop: signal aborted; the handler gets `graceMs` to
+ *      │  settle, then it is abandoned (a "runaway") and the run moves on to writing
+ *      └─ its local lease deadline passes (no renewal came back in time — a partition, a paused
+ *         process): aborted as lost at once, by a timer of its own, before the database could
+ *         hand the job to anyone else
  *
  * The first abort reason wins: a job cancelled after its deadline passed still fails with
  * JobDeadlineExceeded.
@@ -23,12 +25,34 @@ export type HandlerOutcome =
   | { kind: 'error'; error: unknown }
   /** Completed inside ctx.transaction: already written. */
   | { kind: 'committed'; value: unknown }
-  /** Aborted and not settled within the grace period (or interrupted by stop). */
+  /** Aborted and not settled within the grace period. */
   | { kind: 'abandoned' };
+
+/** Where the job's ctx.transaction is: while open or committing, a missing row is not a loss. */
+export type TransactionState = 'none' | 'open' | 'committing' | 'committed';
+
+export interface JobRunOptions {
+  timeoutMs: number | null;
+  leaseMs: number;
+  graceMs: number;
+  /** performance.now() when the claim statement was sent: the lease runs from then at the latest. */
+  claimSentAt: number;
+  /** Called (synchronously, from the run's own timer) when the local lease deadline passes. */
+  onLeaseExpired: (run: JobRun) => void;
+}
+
+/**
+ * How much earlier than the database the worker considers a lease gone: enough for timer
+ * lateness, never so much that short leases are cut. The database's `lease_until` is its
+ * `now()` when the statement ran + leaseMs, always later than the send time + leaseMs.
+ */
+export function leaseMargin(leaseMs: number): number {
+  return Math.min(1_000, Math.max(20, Math.floor(leaseMs / 20)));
+}
 
 export class JobRun {
   readonly job: ClaimedJob;
-  /** `id/attempt`: one claim of one job. */
+  /** `id/token`: one claim of one job, never equal to any other claim's (SPEC §1.3). */
   readonly key: string;
   readonly timeoutMs: number | null;
   readonly startedAt = performance.now();
@@ -37,39 +61,47 @@ export class JobRun {
   abortReason: AbortReason | null = null;
   /** Set once ctx.transaction() has committed the completion. */
   committed: { value: unknown } | null = null;
+  transaction: TransactionState = 'none';
   /** ctx.transaction() was called (it may be called once). */
   transactionUsed = false;
-  /** stop() released this job: nothing is written for it. */
-  released = false;
-  /** stop() gave up on writing the outcome. */
-  writesCancelled = false;
-  /** Local (monotonic) estimate of when the lease runs out: claim or last renewal + leaseMs. */
-  leaseExpiresAt: number;
+  /** The handler was abandoned (it ignored its aborted signal past the grace period). */
+  runaway = false;
+  /** Nothing may be written for this run any more (stop() resolved, or it was abandoned on stop). */
+  writesClosed = false;
+  /** An outcome write (or ctx.transaction's COMMIT) in flight, for stop() to wait on. */
+  inFlight: Promise<unknown> | null = null;
+  /** performance.now() after which the lease may be gone: claim or last renewal sent + leaseMs − margin. */
+  leaseDeadline: number;
+  /** True once the local lease deadline passed. */
+  leaseExpired = false;
+  private readonly leaseMs: number;
   private readonly graceMs: number;
+  private readonly onLeaseExpired: (run: JobRun) => void;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private graceTimer: NodeJS.Timeout | null = null;
+  private leaseTimer: NodeJS.Timeout | null = null;
   private abandon!: () => void;
   private sleeper: { timer: NodeJS.Timeout; resolve: () => void } | null = null;
-  /** Resolves when the handler is given up on (after the grace period, or at once on shutdown). */
+  /** Resolves when the handler is given up on (after the grace period). */
   readonly abandoned: Promise<HandlerOutcome>;
 
-  constructor(
-    job: ClaimedJob,
-    timeoutMs: number | null,
-    leaseMs: number,
-    graceMs: number,
-    claimedAt: number,
-  ) {
+  constructor(job: ClaimedJob, options: JobRunOptions) {
     this.job = job;
-    this.key = `${job.id}/${job.attempt}`;
-    this.timeoutMs = timeoutMs;
-    this.graceMs = graceMs;
-    this.leaseExpiresAt = claimedAt + leaseMs;
+    this.key = `${job.id}/${job.token}`;
+    this.timeoutMs = options.timeoutMs;
+    this.leaseMs = options.leaseMs;
+    this.graceMs = options.graceMs;
+    this.onLeaseExpired = options.onLeaseExpired;
+    this.leaseDeadline = 0;
     this.abandoned = new Promise((resolve) => {
-      this.abandon = () => resolve({ kind: 'abandoned' });
+      this.abandon = () => {
+        this.runaway = true;
+        resolve({ kind: 'abandoned' });
+      };
     });
-    if (timeoutMs !== null) {
-      this.deadlineTimer = setTimeout(() => this.abort('deadline'), timeoutMs);
+    this.armLease(options.claimSentAt);
+    if (options.timeoutMs !== null) {
+      this.deadlineTimer = setTimeout(() => this.abort('deadline'), options.timeoutMs);
     }
   }
 
@@ -81,21 +113,45 @@ export class JobRun {
     return Math.round(performance.now() - this.startedAt);
   }
 
-  /** Aborts the handler's signal for `reason` (the first reason wins). */
+  /**
+   * The lease was (re)confirmed by a statement sent at `sentAt` (performance.now() time): it
+   * lasts until then + leaseMs in database time, so locally until a margin before that.
+   */
+  armLease(sentAt: number): void {
+    if (this.leaseExpired || this.phase === 'finished') return;
+    const deadline = sentAt + this.leaseMs - leaseMargin(this.leaseMs);
+    if (deadline <= this.leaseDeadline) return;
+    this.leaseDeadline = deadline;
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimer = setTimeout(() => this.checkLease(), Math.max(0, deadline - performance.now()));
+  }
+
+  /**
+   * Marks the lease expired if its local deadline has passed (the lease timer, the worker's
+   * lease clock after a pause, and every write path call this). Returns true when expired.
+   */
+  checkLease(now = performance.now()): boolean {
+    if (this.leaseExpired) return true;
+    if (now < this.leaseDeadline || this.phase === 'finished') return false;
+    this.leaseExpired = true;
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimer = null;
+    this.onLeaseExpired(this);
+    return true;
+  }
+
+  /** How long the database may still consider the lease held, in ms (≥ 0). */
+  leaseRemainingMs(now = performance.now()): number {
+    return Math.max(0, this.leaseDeadline + leaseMargin(this.leaseMs) - now);
+  }
+
+  /** Aborts the handler's signal for `reason` (the first reason wins) and starts its grace period. */
   abort(reason: AbortReason): void {
-    if (this.phase !== 'running') return;
-    if (reason === 'shutdown') {
-      this.released = true;
-      this.abortReason ??= reason;
-      this.controller.abort(new WorkerStoppingError());
-      this.clearTimers();
-      this.abandon();
-      return;
-    }
-    if (this.abortReason !== null) return;
+    if (this.phase !== 'running' || this.abortReason !== null) return;
     this.abortReason = reason;
     this.controller.abort(this.reasonError(reason));
     if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
+    this.deadlineTimer = null;
     this.graceTimer = setTimeout(() => this.abandon(), this.graceMs);
   }
 
@@ -107,6 +163,7 @@ export class JobRun {
     return new JobDeadlineExceeded(this.timeoutMs ?? 0, detail);
   }
 
+  /** Clears the deadline and grace timers (the handler settled or was given up on). */
   clearTimers(): void {
     if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
     if (this.graceTimer) clearTimeout(this.graceTimer);
@@ -114,7 +171,15 @@ export class JobRun {
     this.graceTimer = null;
   }
 
-  private reasonError(reason: Exclude<AbortReason, 'shutdown'>): Error {
+  /** The run is over: no timer of it is left. */
+  finish(): void {
+    this.phase = 'finished';
+    this.clearTimers();
+    if (this.leaseTimer) clearTimeout(this.leaseTimer);
+    this.leaseTimer = null;
+  }
+
+  private reasonError(reason: AbortReason): Error {
     switch (reason) {
       case 'deadline':
         return this.deadlineError(false);
@@ -122,6 +187,8 @@ export class JobRun {
         return new JobCancelledError(this.job.id);
       case 'lost':
         return new LeaseLostError(this.job.id);
+      case 'shutdown':
+        return new WorkerStoppingError();
     }
   }
 
@@ -129,7 +196,7 @@ export class JobRun {
     return this.graceMs;
   }
 
-  /** Waits between write retries; cut short by {@link cancelWrites}. */
+  /** Waits between write retries; cut short by {@link closeWrites}. */
   sleep(ms: number): Promise<void> {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
@@ -140,9 +207,9 @@ export class JobRun {
     });
   }
 
-  /** stop() gives up on writing this run's outcome (the reaper will recover the job). */
-  cancelWrites(): void {
-    this.writesCancelled = true;
+  /** Nothing more is written for this run (stop() gives up; the reaper recovers the job). */
+  closeWrites(): void {
+    this.writesClosed = true;
     if (this.sleeper) {
       clearTimeout(this.sleeper.timer);
       this.sleeper.resolve();

@@ -1,25 +1,39 @@
 /**
  * The heartbeat (SPEC §3): one UPDATE renews the leases of all of this worker's running jobs,
- * about every third of the lease, so two missed beats still leave time. A job whose lease did
- * not come back is lost: its handler's signal is aborted and its outcome is never written. The
- * same statement reports cancellation requests, so a lost NOTIFY cannot hide a cancel.
+ * about every third of the lease, so two missed beats still leave time. Per lease it learns:
+ *   - renewed: the run's local lease deadline moves to (this beat's send time + leaseMs − margin);
+ *   - busy: the row is locked by another transaction, so it was skipped rather than waited for —
+ *     still ours, tried again next beat; when the lock is the job's own open ctx.transaction, no
+ *     one else can take the job while it is held, so the local deadline moves on as if renewed;
+ *   - lost: its handler's signal is aborted and its outcome is never written.
+ * The same statement reports cancellation requests, so a lost NOTIFY cannot hide a cancel.
+ *
+ * Between beats the lease clock checks every run's local deadline a few times a second. Each run
+ * also has a timer of its own at its deadline; the clock is what makes a process that was paused
+ * (SIGSTOP, a long GC, a suspended VM) abort its handlers first thing after it resumes: Node runs
+ * expired timers in due order, and the clock's next tick is due before almost any timer a
+ * handler set.
  */
 import { performance } from 'node:perf_hooks';
+import type { LeaseRenewal } from '../store/job-store.js';
 import type { JobRun } from './job-run.js';
 
 export interface LeaseKeeperDeps {
   intervalMs: number;
-  leaseMs: number;
   runs(): Iterable<JobRun>;
-  renew(runs: JobRun[]): Promise<Map<string, { cancelRequested: boolean }>>;
+  /** Renews these runs' leases in one statement; one answer per run, in order. */
+  renew(runs: JobRun[]): Promise<LeaseRenewal[]>;
   onLost(run: JobRun): void;
   onCancelRequested(run: JobRun): void;
   onError(error: unknown, during: string): void;
+  /** How often the lease clock looks at local deadlines (default 100 ms). */
+  clockMs?: number;
 }
 
 export class LeaseKeeper {
   private readonly deps: LeaseKeeperDeps;
   private timer: NodeJS.Timeout | null = null;
+  private clock: NodeJS.Timeout | null = null;
   private beat: Promise<void> | null = null;
 
   constructor(deps: LeaseKeeperDeps) {
@@ -34,42 +48,54 @@ export class LeaseKeeper {
         });
       }
     }, this.deps.intervalMs);
+    this.clock ??= setInterval(() => this.checkDeadlines(), this.deps.clockMs ?? 100);
   }
 
   async stop(): Promise<void> {
     if (this.timer) clearInterval(this.timer);
-    this.timer = null;
+    if (this.clock) clearInterval(this.clock);
+    this.timer = this.clock = null;
     await this.beat;
+  }
+
+  /** Aborts, synchronously, every run whose local lease deadline has passed. */
+  checkDeadlines(now = performance.now()): void {
+    for (const run of this.deps.runs()) run.checkLease(now);
   }
 
   /** One heartbeat: renew every lease this worker holds, then act on what came back. */
   async tick(): Promise<void> {
-    // A lost lease is not renewed again (and not reported twice) while its handler winds down.
+    this.checkDeadlines();
+    // A lost lease is not renewed again; a runaway abandoned on stop is let expire.
     const runs = [...this.deps.runs()].filter(
-      (run) => run.phase !== 'finished' && !run.released && run.abortReason !== 'lost',
+      (run) =>
+        run.phase !== 'finished' && !run.leaseExpired && run.abortReason !== 'lost' && !run.writesClosed,
     );
     if (runs.length === 0) return;
     const sentAt = performance.now();
-    let owned: Map<string, { cancelRequested: boolean }>;
+    let answers: LeaseRenewal[];
     try {
-      owned = await this.deps.renew(runs);
+      answers = await this.deps.renew(runs);
     } catch (error) {
-      // The database is unreachable: handlers keep running and the next beat tries again —
-      // but a lease that has run out by now may already be someone else's: abort its handler.
+      // The database is unreachable: handlers keep running and the next beat tries again; each
+      // run's own lease timer aborts it when its lease may be gone.
       this.deps.onError(error, 'renewing leases');
-      const now = performance.now();
-      for (const run of runs) if (run.phase === 'running' && run.leaseExpiresAt <= now) this.deps.onLost(run);
       return;
     }
-    for (const run of runs) {
-      const lease = owned.get(run.key);
-      if (lease) {
-        run.leaseExpiresAt = sentAt + this.deps.leaseMs;
-        if (lease.cancelRequested) this.deps.onCancelRequested(run);
-      } else if (run.phase === 'running') {
-        // Writing-phase runs settle ownership through their own compare-and-set.
+    runs.forEach((run, i) => {
+      const answer = answers[i];
+      if (answer?.state === 'renewed') {
+        run.armLease(sentAt);
+        if (answer.cancelRequested) this.deps.onCancelRequested(run);
+      } else if (answer?.state === 'busy' && run.transaction === 'open') {
+        // Locked by the job's own ctx.transaction (FOR NO KEY UPDATE under the lease): nobody can
+        // reap or complete it while that lock is held, so the job is still ours.
+        run.armLease(sentAt);
+      } else if (answer?.state === 'lost' && run.phase === 'running' && run.transaction === 'none') {
+        // Writing-phase runs settle ownership through their own compare-and-set; a run whose
+        // ctx.transaction is open or committing holds its row (or has just completed it).
         this.deps.onLost(run);
       }
-    }
+    });
   }
 }

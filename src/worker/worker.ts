@@ -12,11 +12,10 @@
  *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
  */
 import { EventEmitter } from 'node:events';
-import { performance } from 'node:perf_hooks';
 import { Batcher } from '../core/batcher.js';
 import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
 import { NotificationListener } from '../db/listener.js';
-import { SkiplockError, ValidationError } from '../errors.js';
+import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
@@ -45,6 +44,14 @@ export interface WorkerStats {
 
 /** How long the LISTEN self-check waits for its own notification. */
 const PROBE_TIMEOUT_MS = 5_000;
+/** On stop, past the grace period: time for settled handlers' outcome statements. */
+const STOP_WRITE_ALLOWANCE_MS = 2_000;
+
+/** Errors a retry can fix: the database away, restarting, or read-only during a failover. */
+function isTransient(error: unknown): boolean {
+  if (!(error instanceof DatabaseError)) return false;
+  return error.sqlState === undefined || /^(08|57P|53|25006)/.test(error.sqlState);
+}
 
 /** Typed overloads of EventEmitter's methods (declaration merging with the class below). */
 export interface Worker {
@@ -137,13 +144,13 @@ export class Worker extends EventEmitter {
           ...(settings.queues ? { queues: settings.queues } : {}),
         }),
       freeSlots: () => (this.state === 'running' ? settings.concurrency - this.runs.size : 0),
-      run: (job) => this.run(job),
+      run: (job, sentAt) => this.run(job, sentAt),
+      giveBack: (jobs) => this.giveBack(jobs),
       onError,
       pollIntervalMs: settings.pollIntervalMs,
     });
     this.keeper = new LeaseKeeper({
       intervalMs: Math.max(50, Math.floor(settings.leaseMs / 3)),
-      leaseMs: settings.leaseMs,
       runs: () => this.runs.values(),
       renew: (runs) =>
         queue.renewLeases(
@@ -182,8 +189,11 @@ export class Worker extends EventEmitter {
   }
 
   /**
-   * Starts claiming. Resolves after the first claim pass; rejects (and cleans up) if it fails,
-   * e.g. with NotMigratedError when the schema was never migrated.
+   * Starts claiming. Resolves after the first claim pass. While the database is unreachable it
+   * keeps trying (100 ms doubling to 5 s, each failure reported as an 'error' event), so a worker
+   * started during an outage or a failover simply waits for it; it rejects (and cleans up) at once
+   * on what no retry can fix — NotMigratedError, bad credentials, an unknown database. A stop()
+   * meanwhile ends the wait and start() resolves.
    */
   async start(): Promise<void> {
     if (this.state !== 'idle')
@@ -193,10 +203,24 @@ export class Worker extends EventEmitter {
       await this.listener?.start();
       this.keeper.start();
       this.reaper.start();
-      await this.claimLoop.start();
+      for (let failures = 0; ; failures++) {
+        try {
+          await this.claimLoop.start();
+          break;
+        } catch (error) {
+          await this.claimLoop.stop();
+          if (!isTransient(error) || this.state !== 'running') throw error;
+          const delay = Math.round(Math.min(5_000, 100 * 2 ** failures) * (0.75 + Math.random() * 0.5));
+          this.reportError(error, `starting: the database is unreachable; retrying in ${delay} ms`);
+          await this.pause(delay);
+          if (this.state !== 'running') return; // stop() was called meanwhile
+        }
+      }
     } catch (error) {
-      await this.shutdown();
-      this.state = 'stopped';
+      if (this.state === 'running') {
+        await this.shutdown();
+        this.state = 'stopped';
+      }
       throw error;
     }
     this.settings.logger?.info?.(
@@ -211,9 +235,14 @@ export class Worker extends EventEmitter {
   }
 
   /**
-   * Stops gracefully: claims nothing more, waits up to `timeoutMs` (default 30 s) for running
-   * jobs, then aborts the rest and releases them (attempt not spent). When it resolves no timer
-   * or connection of the worker is left open. Safe to call more than once.
+   * Stops gracefully (SPEC §3): claims nothing more and gives back at once what it claimed but
+   * has not started; waits up to `timeoutMs` (default 30 s) for running jobs; then aborts their
+   * signals (`WorkerStoppingError`) and waits `abortGraceMs`. A handler that settled meanwhile
+   * decides its job's fate (its result completes it; an error releases it without spending the
+   * attempt); one still running is a runaway that keeps its job — the lease is no longer renewed
+   * and the job comes back when it expires, never while the handler may still run elsewhere —
+   * and nothing is written for it after stop() resolves. When it resolves no timer or connection
+   * of the worker is left open. Safe to call more than once.
    */
   stop(options: { timeoutMs?: number } = {}): Promise<void> {
     const opts = optionsObject(options, 'options');
@@ -223,6 +252,7 @@ export class Worker extends EventEmitter {
       this.state = 'stopped';
       return this.ownsQueue ? this.queue.close() : Promise.resolve();
     }
+    this.wakePause?.();
     this.stopping ??= this.drain(timeoutMs);
     return this.stopping;
   }
@@ -246,46 +276,55 @@ export class Worker extends EventEmitter {
 
   private async drain(timeoutMs: number): Promise<void> {
     this.state = 'stopping';
-    await this.claimLoop.stop();
+    await this.claimLoop.stop(); // a claim in flight gives its jobs back
     await this.reaper.stop();
-    const finished = Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
-    let timer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([
-      finished.then(() => false),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(true), timeoutMs);
-      }),
-    ]);
-    clearTimeout(timer);
-    if (timedOut) await this.releaseAll();
+    if (!(await this.allSettled(timeoutMs))) {
+      for (const run of this.runs.values()) run.abort('shutdown');
+      // Settled handlers write their outcome now; runaways are abandoned after the grace period.
+      const grace = this.settings.abortGraceMs + STOP_WRITE_ALLOWANCE_MS;
+      if (!(await this.allSettled(grace))) {
+        // Outcome writes still retrying (the database away): the reaper recovers those jobs.
+        for (const run of this.runs.values()) run.closeWrites();
+        await Promise.all([...this.runs.values()].map((run) => run.inFlight?.catch(() => undefined)));
+      }
+    }
+    for (const run of this.runs.values()) run.closeWrites();
+    for (const run of this.runaways) run.closeWrites();
+    await Promise.all([...this.runaways].map((run) => run.inFlight?.catch(() => undefined)));
     await this.shutdown();
     this.state = 'stopped';
     this.settings.logger?.info?.({ workerId: this.workerId, ...this.counters }, 'skiplock worker stopped');
   }
 
-  /** Past the stop timeout: abort and release running jobs, give up on pending writes. */
-  private async releaseAll(): Promise<void> {
-    const writes: Promise<unknown>[] = [];
-    for (const run of this.runs.values()) {
-      if (run.phase === 'running') {
-        run.abort('shutdown');
-        writes.push(
-          this.queue.release(run.job).then(
-            (released) => {
-              if (released) {
-                this.counters.released++;
-                this.emit('job:released', { job: run.job });
-              }
-            },
-            (error: unknown) => this.reportError(error, `releasing job ${run.job.id} on stop`),
-          ),
-        );
-      } else {
-        run.cancelWrites();
-      }
-    }
-    await Promise.all(writes);
-    await Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
+  /** Waits up to `ms` for every run to finish; true when they all did. */
+  private async allSettled(ms: number): Promise<boolean> {
+    const finished = Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
+    let timer: NodeJS.Timeout | undefined;
+    const done = await Promise.race([
+      finished.then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+      }),
+    ]);
+    clearTimeout(timer);
+    return done && this.runs.size === 0;
+  }
+
+  /** Jobs claimed while stopping: back to pending at once, attempt not spent. */
+  private async giveBack(jobs: ClaimedJob[]): Promise<void> {
+    await Promise.all(
+      jobs.map((job) =>
+        this.queue.release(job).then(
+          (released) => {
+            if (!released) return;
+            this.count('job:released');
+            this.emit('job:released', { job });
+          },
+          (error: unknown) =>
+            this.reportError(error, `giving back job ${job.id} on stop (its lease will expire)`),
+        ),
+      ),
+    );
   }
 
   private async shutdown(): Promise<void> {
@@ -294,27 +333,46 @@ export class Worker extends EventEmitter {
     await this.claimLoop.stop();
     await this.reaper.stop();
     await this.keeper.stop();
+    for (const run of this.runs.values()) run.finish();
+    for (const run of this.runaways) run.finish();
     await this.listener?.stop();
     if (this.ownsQueue) await this.queue.close();
   }
 
+  /** Waits `ms`, cut short by stop(). */
+  private pause(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wakePause = () => {
+        this.wakePause = null;
+        done();
+      };
+    });
+  }
+
+  private wakePause: (() => void) | null = null;
   private readonly settled = new Map<string, Promise<void>>();
+  /** Handlers abandoned on stop that may still run: nothing is written for them after stop(). */
+  private readonly runaways = new Set<JobRun>();
 
   private settledOf(run: JobRun): Promise<void> {
     return this.settled.get(run.key) ?? Promise.resolve();
   }
 
-  /** Starts a claimed job in a free slot. */
-  private run(job: ClaimedJob): void {
+  /** Starts a claimed job in a free slot; `sentAt` is when its claim was sent. */
+  private run(job: ClaimedJob, sentAt: number): void {
     const task = this.settings.tasks.get(job.task);
-    const claimedAt = performance.now();
-    const run = new JobRun(
-      job,
-      job.timeoutMs ?? task?.timeoutMs ?? null,
-      this.settings.leaseMs,
-      this.settings.abortGraceMs,
-      claimedAt,
-    );
+    const run = new JobRun(job, {
+      timeoutMs: job.timeoutMs ?? task?.timeoutMs ?? null,
+      leaseMs: this.settings.leaseMs,
+      graceMs: this.settings.abortGraceMs,
+      claimSentAt: sentAt,
+      onLeaseExpired: (expired) => this.leaseExpired(expired),
+    });
     this.counters.claimed++;
     this.runs.set(run.key, run);
     const handler =
@@ -337,8 +395,8 @@ export class Worker extends EventEmitter {
     })
       .catch((error: unknown) => this.reportError(error, `running job ${job.id}`))
       .finally(() => {
-        run.phase = 'finished';
-        run.clearTimers();
+        if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
+        else run.finish();
         this.runs.delete(run.key);
         this.settled.delete(run.key);
         this.claimLoop.slotFreed();
@@ -353,6 +411,7 @@ export class Worker extends EventEmitter {
         'job:retry': 'retried',
         'job:dead': 'dead',
         'job:cancelled': 'cancelled',
+        'job:released': 'released',
         'lease:lost': 'leaseLost',
         'job:runaway': 'runaway',
       } as const
@@ -360,11 +419,25 @@ export class Worker extends EventEmitter {
     if (key) this.counters[key]++;
   }
 
+  /** The renewal came back without this lease: someone else may own the job now. */
   private leaseLost(run: JobRun): void {
-    run.abort('lost');
+    if (run.phase !== 'running' || run.abortReason === 'lost') return;
+    if (run.abortReason === null) run.abort('lost');
+    else run.abortReason = 'lost'; // already aborted (deadline, cancel, stop): write nothing now
     this.count('lease:lost');
     this.settings.logger?.warn?.({ jobId: run.job.id, workerId: this.workerId }, 'skiplock: lease lost');
     this.emit('lease:lost', { job: run.job });
+  }
+
+  /**
+   * The run's local lease deadline passed before a renewal confirmed it (a partition, a pause):
+   * the database may hand the job to another worker any moment, so the handler is aborted now.
+   */
+  private leaseExpired(run: JobRun): void {
+    if (run.phase !== 'running' || run.runaway) return;
+    // A COMMIT in flight decides by itself whether the completion happened under the lease.
+    if (run.transaction === 'committing' || run.transaction === 'committed') return;
+    this.leaseLost(run);
   }
 
   private notified(payload: string): void {

@@ -135,7 +135,7 @@ async function jobsOf(queueName: string) {
     result: unknown;
     last_error: string;
   }>(
-    `SELECT id::text, task, status, worker_id, result, last_error FROM ${db.jobs} WHERE queue = $1 ORDER BY id`,
+    `SELECT id::text, task, status, attempted_by[cardinality(attempted_by)] AS worker_id, result, last_error FROM ${db.jobs} WHERE queue = $1 ORDER BY id`,
     [queueName],
   );
 }

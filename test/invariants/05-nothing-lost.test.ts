@@ -192,10 +192,11 @@ test('conservation: after random operations every job is in exactly one state an
   const log: string[] = [];
 
   const sameLease = (a: Lease, b: Lease) =>
-    a.id === b.id && a.workerId === b.workerId && a.attempt === b.attempt;
+    a.id === b.id && a.workerId === b.workerId && a.attempt === b.attempt && a.token === b.token;
   const drop = (id: string) => {
     const lease = held.get(id);
-    if (lease) stale.push({ id: lease.id, workerId: lease.workerId, attempt: lease.attempt });
+    if (lease)
+      stale.push({ id: lease.id, workerId: lease.workerId, attempt: lease.attempt, token: lease.token });
     held.delete(id);
     expired.delete(id);
     cancelRequested.delete(id);

@@ -109,7 +109,7 @@ const enqueueCases: BadCase[] = [
   {
     name: 'lone surrogate in a result',
     field: 'result',
-    call: async (q) => q.complete({ id: '1', workerId: 'w', attempt: 1 }, 'y\udc00'),
+    call: async (q) => q.complete({ id: '1', workerId: 'w', attempt: 1, token: '1' }, 'y\udc00'),
   },
   {
     name: 'lone surrogate in a dedupe key',
@@ -265,27 +265,47 @@ const leaseCases: BadCase[] = [
   {
     name: 'complete with lease attempt 0',
     field: 'lease.attempt',
-    call: (q, s) => q.complete({ id: s.running.id, workerId: s.running.workerId, attempt: 0 }),
+    call: (q, s) =>
+      q.complete({ id: s.running.id, workerId: s.running.workerId, attempt: 0, token: s.running.token }),
   },
   {
     name: 'complete with lease attempt missing',
     field: 'lease.attempt',
-    call: (q, s) => q.complete({ id: s.running.id, workerId: s.running.workerId } as never),
+    call: (q, s) =>
+      q.complete({ id: s.running.id, workerId: s.running.workerId, token: s.running.token } as never),
+  },
+  {
+    // SPEC §1.3: a lease without its token cannot prove ownership.
+    name: 'complete with lease token missing',
+    field: 'lease.token',
+    call: (q, s) =>
+      q.complete({ id: s.running.id, workerId: s.running.workerId, attempt: s.running.attempt } as never),
+  },
+  {
+    name: 'fail with lease token not a token',
+    field: 'lease.token',
+    call: (q, s) => q.fail({ ...s.running, token: 'x' }, new Error('nope')),
+  },
+  {
+    name: 'completeMany with a lease token of the wrong type',
+    field: 'items[0].lease.token',
+    call: (q, s) => q.completeMany([{ lease: { ...s.running, token: 1 as never } }]),
   },
   {
     name: 'complete with lease attempt 1.5',
     field: 'lease.attempt',
-    call: (q, s) => q.complete({ id: s.running.id, workerId: s.running.workerId, attempt: 1.5 }),
+    call: (q, s) =>
+      q.complete({ id: s.running.id, workerId: s.running.workerId, attempt: 1.5, token: s.running.token }),
   },
   {
     name: 'complete with lease workerId empty',
     field: 'lease.workerId',
-    call: (q, s) => q.complete({ id: s.running.id, workerId: '', attempt: s.running.attempt }),
+    call: (q, s) => q.complete({ ...s.running, workerId: '' }),
   },
   {
     name: 'complete with lease id malformed',
     field: 'lease.id',
-    call: (q, s) => q.complete({ id: 'abc', workerId: s.running.workerId, attempt: s.running.attempt }),
+    call: (q, s) => q.complete({ ...s.running, id: 'abc' }),
   },
   { name: 'complete with no lease', field: 'lease', call: (q) => q.complete(null as never) },
   {
@@ -437,7 +457,12 @@ describe('names and payloads full of metacharacters round-trip verbatim', () => 
       expect(claimed[0]?.workerId).toBe(workerId);
 
       expect(await queue.complete(claimed[0]!, { echo: s })).toBe(true);
-      expect(await queue.get(id)).toMatchObject({ status: 'done', workerId, result: { echo: s } });
+      expect(await queue.get(id)).toMatchObject({
+        status: 'done',
+        workerId: null,
+        attemptedBy: [workerId],
+        result: { echo: s },
+      });
     }
     // Same key again while nothing holds it: a new job, found by the exact key.
     const again = await queue.enqueue(`task one ${s}`, null, { dedupeKey: `key one ${s}` });

@@ -250,7 +250,8 @@ test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; onl
   expect(states).toEqual([{ status: 'done', n: TOTAL }]);
   expect(
     await count(
-      `result->>'workerId' = worker_id AND (result->>'attempt')::int = attempts AND lease_until IS NULL`,
+      `result->>'workerId' = attempted_by[cardinality(attempted_by)] AND (result->>'attempt')::int = attempts
+         AND worker_id IS NULL AND lease_until IS NULL`,
     ),
   ).toBe(TOTAL);
 
@@ -288,8 +289,8 @@ test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; onl
   // The reaper took back exactly the held jobs, each under the killed worker's name; they ran
   // again on attempt 2 and every other job on attempt 1.
   const reaped = await db.sql<{ id: string; attempts: number; worker_id: string; last_error: string }>(
-    `SELECT id::text AS id, attempts, worker_id, last_error FROM ${db.jobs}
-     WHERE last_error IS NOT NULL ORDER BY id`,
+    `SELECT id::text AS id, attempts, attempted_by[cardinality(attempted_by)] AS worker_id, last_error
+     FROM ${db.jobs} WHERE last_error IS NOT NULL ORDER BY id`,
   );
   // A completion the killed worker had already sent can still commit after the kill (its
   // backend finishes the statement): such a held job ends done by its owner on attempt 1.
@@ -297,7 +298,7 @@ test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; onl
     (
       await db.sql<{ id: string }>(
         `SELECT id::text AS id FROM ${db.jobs} WHERE id = ANY($1::bigint[]) AND status = 'done'
-         AND worker_id = $2 AND attempts = 1 AND last_error IS NULL`,
+         AND attempted_by = ARRAY[$2::text] AND attempts = 1 AND last_error IS NULL`,
         [held, victimId],
       )
     ).map((r) => r.id),
@@ -317,7 +318,10 @@ test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; onl
   const victimRuns = ledger.filter((row) => row.worker_id === victimId).map((row) => row.job_id);
   const completedByVictim = new Set(
     (
-      await db.sql<{ id: string }>(`SELECT id::text AS id FROM ${db.jobs} WHERE worker_id = $1`, [victimId])
+      await db.sql<{ id: string }>(
+        `SELECT id::text AS id FROM ${db.jobs} WHERE status = 'done' AND attempted_by[cardinality(attempted_by)] = $1`,
+        [victimId],
+      )
     ).map((r) => r.id),
   );
   expect(victimRuns.filter((id) => !completedByVictim.has(id) && !held.includes(id))).toEqual([]);

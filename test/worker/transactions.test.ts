@@ -14,11 +14,14 @@
  *    worker does not know yet" test failed waiting for 'lease:lost' (the transaction committed
  *    the handler's row although the job was already dead).
  */
+
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { beforeAll, describe, expect, test } from 'vitest';
 import { JobDeadlineExceeded, LeaseLostError } from '../../src/errors.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
-import { aborted, gate, nextEvent, startWorker, within } from './helpers.js';
+import { aborted, gate, nextEvent, recordEvents, startWorker, within } from './helpers.js';
 
 const db = useTestDatabase();
 
@@ -186,23 +189,28 @@ describe('ctx.transaction: the handler’s writes and the completion commit toge
     await worker.stop();
   });
 
-  test('lease lost before the commit, before the worker notices: the completion CAS fails, nothing commits', async () => {
+  test('lease lost before ctx.transaction begins, before the worker notices: fn never runs, nothing commits', async () => {
+    // Issue 8, defect 3: ctx.transaction locks the job's row under the lease *before* the user's
+    // function runs. Before the fix the function ran (and wrote) and only the completion CAS
+    // refused: this test saw fn called.
     const queue = db.queue();
-    const written = gate<string>();
-    const proceed = gate();
+    const reaped = gate();
+    const started = gate<string>();
+    let fnRan = false;
     const failures: unknown[] = [];
     const worker = await startWorker(db, {
       tasks: {
         'tx.lost-unnoticed': async (_payload: unknown, ctx: JobContext) => {
+          started.open(ctx.job.id);
+          await reaped.promise;
           try {
             return await ctx.transaction(async (client) => {
+              fnRan = true;
               await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
                 ctx.job.id,
                 ctx.job.attempt,
                 'lost',
               ]);
-              written.open(ctx.job.id);
-              await proceed.promise;
               return 'stale';
             });
           } catch (error) {
@@ -217,14 +225,15 @@ describe('ctx.transaction: the handler’s writes and the completion commit toge
     const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.lost-unnoticed');
     const { id } = await queue.enqueue('tx.lost-unnoticed', {}, { maxAttempts: 1 });
     try {
-      await within(written.promise, 5_000, 'the handler wrote');
+      await within(started.promise, 5_000, 'the handler started');
       await db.expireLease(id);
       await queue.reap(); // last attempt: the reaper makes it dead
       expect((await queue.get(id))?.status).toBe('dead');
     } finally {
-      proceed.open();
+      reaped.open();
     }
     await lost;
+    expect(fnRan).toBe(false);
     expect(failures).toHaveLength(1);
     expect(failures[0]).toBeInstanceOf(LeaseLostError);
     expect(await effects(id)).toEqual([]);
@@ -234,53 +243,166 @@ describe('ctx.transaction: the handler’s writes and the completion commit toge
     await worker.stop();
   });
 
-  test('lease lost before the commit, noticed by the heartbeat: the signal aborts and nothing commits', async () => {
+  test('the event loop blocked past the lease inside ctx.transaction (a paused process): nothing commits', async () => {
+    // The local lease deadline, not an answer from the database, tells the worker its lease may
+    // be gone: after the pause the completion is refused before COMMIT.
     const queue = db.queue();
-    const written = gate<string>();
+    const failures: unknown[] = [];
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.paused': async (_payload: unknown, ctx: JobContext) => {
+          try {
+            return await ctx.transaction(async (client) => {
+              await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+                ctx.job.id,
+                ctx.job.attempt,
+                'paused',
+              ]);
+              const until = performance.now() + 1_500;
+              while (performance.now() < until) {
+                // a synchronous stall, like SIGSTOP or a long GC pause: no timer, no I/O
+              }
+              return 'after the pause';
+            });
+          } catch (error) {
+            failures.push(error);
+            throw error;
+          }
+        },
+      },
+      leaseMs: 600,
+      reapIntervalMs: 3_600_000,
+    });
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.paused');
+    const { id } = await queue.enqueue('tx.paused', {}, { maxAttempts: 2 });
+    await lost;
+    await expect.poll(() => failures.length).toBe(1);
+    expect(failures[0]).toBeInstanceOf(LeaseLostError);
+    expect(await effects(id)).toEqual([]);
+    const job = await queue.get(id);
+    expect(job?.status).not.toBe('done');
+    expect(job?.result).toBeNull();
+    await worker.stop({ timeoutMs: 100 });
+  });
+
+  test('while ctx.transaction is open its job cannot be reaped, even past its lease; it then commits', async () => {
+    const queue = db.queue();
+    const inside = gate<string>();
     const proceed = gate();
     const worker = await startWorker(db, {
       tasks: {
-        'tx.lost-noticed': async (_payload: unknown, ctx: JobContext) =>
+        'tx.long': async (_payload: unknown, ctx: JobContext) =>
           ctx.transaction(async (client) => {
             await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
               ctx.job.id,
               ctx.job.attempt,
-              'lost',
+              'long',
             ]);
-            written.open(ctx.job.id);
-            await proceed.promise; // ignores the signal: it returns normally afterwards
-            return 'stale';
+            inside.open(ctx.job.id);
+            await proceed.promise;
+            return 'long done';
           }),
       },
-      leaseMs: 60_000,
+      leaseMs: 400, // renewed every ~133 ms: "busy" while the transaction holds the row
       reapIntervalMs: 3_600_000,
-      // One slot, held by the old handler: the worker cannot claim the reaped job itself (the
-      // reap sends a NOTIFY), so the test's new owner gets it.
-      concurrency: 1,
     });
-    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.lost-noticed');
-    const { id } = await queue.enqueue('tx.lost-noticed', {}, { maxAttempts: 3 });
-    let newOwner: Awaited<ReturnType<typeof queue.claim>>[number] | undefined;
+    const events = recordEvents(worker);
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.long');
+    const { id } = await queue.enqueue('tx.long', {}, { maxAttempts: 1 });
     try {
-      await within(written.promise, 5_000, 'the handler wrote');
-      await db.expireLease(id);
-      await queue.reap();
-      expect((await queue.get(id))?.status).toBe('pending');
-      [newOwner] = await queue.claim('tx-new-owner', { tasks: ['tx.lost-noticed'] });
-      expect(newOwner).toMatchObject({ id, attempt: 2 });
-      await worker.tick.renewLeases();
-      expect((await lost).job.id).toBe(id);
+      await within(inside.promise, 5_000, 'the transaction is open');
+      await sleep(1_000); // more than twice the lease
+      const [row] = await db.sql<{ expired: boolean }>(
+        `SELECT lease_until < now() AS expired FROM ${db.jobs} WHERE id = $1`,
+        [id],
+      );
+      expect(row?.expired).toBe(true); // its lease in the database has run out…
+      expect(await queue.reap()).not.toContain(id); // …but the row is locked under it: SKIP LOCKED
     } finally {
       proceed.open();
     }
-    await worker.stop(); // waits for the handler and its (rolled back) transaction
-    expect(await effects(id)).toEqual([]);
-    expect(await queue.get(id)).toMatchObject({
-      status: 'running',
-      workerId: 'tx-new-owner',
-      attempts: 2,
-      result: null,
+    await done;
+    expect(await queue.get(id)).toMatchObject({ status: 'done', result: 'long done' });
+    expect(await effects(id)).toEqual([{ attempt: 1, note: 'long' }]);
+    expect(events.map((e) => e.name)).not.toContain('lease:lost');
+    await worker.stop();
+  });
+
+  test('a committed ctx.transaction is not reported as a lost lease by the next heartbeat', async () => {
+    // Issue 8, defect 6: after the handler's transaction completed the job, the next heartbeat
+    // missed the row and aborted the handler: 'lease:lost' instead of 'job:done', and stats
+    // counted a lost lease. This test failed that way before the fix.
+    const queue = db.queue();
+    const committed = gate();
+    const proceed = gate();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.after-commit': async (_payload: unknown, ctx: JobContext) => {
+          const value = await ctx.transaction(async () => 'committed');
+          committed.open();
+          await proceed.promise; // the handler goes on after its commit, across heartbeats
+          if (ctx.signal.aborted) throw ctx.signal.reason;
+          return value;
+        },
+      },
+      leaseMs: 300,
     });
-    expect(await queue.complete(newOwner!, 'new owner')).toBe(true);
+    const events = recordEvents(worker);
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.after-commit');
+    const { id } = await queue.enqueue('tx.after-commit', {});
+    await within(committed.promise, 5_000, 'the transaction committed');
+    await worker.tick.renewLeases();
+    await sleep(400); // more heartbeats, and the local lease deadline passes
+    proceed.open();
+    expect((await done).result).toBe('committed');
+    expect(events.map((e) => e.name)).not.toContain('lease:lost');
+    expect(worker.stats()).toMatchObject({ done: 1, leaseLost: 0 });
+    expect(await queue.get(id)).toMatchObject({ status: 'done', result: 'committed' });
+    await worker.stop();
+  });
+
+  test('a row lock held by someone else never stalls the heartbeat of the other leases', async () => {
+    // Issue 8, defect 11: the renewal waited on a user's row lock, and every lease of the worker
+    // waited with it. Before the fix tick.renewLeases() did not return while the lock was held.
+    const queue = db.queue();
+    const proceed = gate();
+    let started = 0;
+    const bothStarted = gate();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.heartbeat': async () => {
+          if (++started === 2) bothStarted.open();
+          await proceed.promise;
+        },
+      },
+      leaseMs: 60_000,
+      concurrency: 2,
+    });
+    const [a, b] = await queue.enqueueMany([{ task: 'tx.heartbeat' }, { task: 'tx.heartbeat' }]);
+    const locker = await db.pool.connect();
+    try {
+      await within(bothStarted.promise, 5_000, 'both jobs started');
+      await db.sql(`UPDATE ${db.jobs} SET lease_until = now() + interval '5 seconds' WHERE id = ANY($1)`, [
+        [a!.id, b!.id],
+      ]);
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1 FOR UPDATE`, [a!.id]);
+      await within(worker.tick.renewLeases(), 3_000, 'the heartbeat with one row locked');
+      const rows = await db.sql<{ id: string; far: boolean }>(
+        `SELECT id::text AS id, lease_until > now() + interval '30 seconds' AS far FROM ${db.jobs}
+          WHERE id = ANY($1) ORDER BY id`,
+        [[a!.id, b!.id]],
+      );
+      expect(rows).toEqual([
+        { id: a!.id, far: false }, // skipped, not waited for
+        { id: b!.id, far: true }, // renewed
+      ]);
+      expect(worker.stats().leaseLost).toBe(0); // a busy row is not a lost one
+    } finally {
+      await locker.query('ROLLBACK').catch(() => undefined);
+      locker.release();
+      proceed.open();
+    }
+    await worker.stop();
   });
 });
