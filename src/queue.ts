@@ -18,6 +18,7 @@ import {
 import { isConnectionError } from './db/database-error.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
+import { ManagedPool } from './db/managed-pool.js';
 import { DatabaseError, DedupeConflictError, QueueClosedError, ValidationError } from './errors.js';
 import { type MigrateResult, migrate } from './migrations/migrate.js';
 import { JobStore, type LeaseRenewal } from './store/job-store.js';
@@ -143,8 +144,8 @@ export class Queue {
   /** The schema holding this queue's tables. */
   readonly schema: string;
   private readonly store: JobStore;
-  private readonly pool: PoolExecutor & { end(): Promise<void> };
-  private readonly readPool: (PoolExecutor & { end(): Promise<void> }) | null;
+  private readonly pool: ManagedPool;
+  private readonly readPool: ManagedPool | null;
   private readonly ownsPool: boolean;
   private readonly backoff: Required<BackoffOptions>;
   private readonly leaseMs: number;
@@ -190,7 +191,7 @@ export class Queue {
       if (!isExecutor(opts.pool) || typeof (opts.pool as { connect?: unknown }).connect !== 'function') {
         throw new ValidationError('pool', 'must be a pg.Pool (an object with query() and connect())');
       }
-      this.pool = opts.pool as unknown as PoolExecutor & { end(): Promise<void> };
+      this.pool = new ManagedPool(opts.pool as pg.Pool, false);
       this.ownsPool = false;
       this.clientConfig = { ...((opts.pool as unknown as { options?: pg.ClientConfig }).options ?? {}) };
     } else {
@@ -728,13 +729,18 @@ export class Queue {
     }
   }
 
-  /** Ends the pools Skiplock created. A pool passed in by you is left open. Idempotent. */
+  /**
+   * Lets statements in flight finish (each is bounded by `statementTimeoutMs`), gives sessions
+   * still held by transactions a few seconds, then ends the pools Skiplock created — also when
+   * the server or the network went away under them. A pool passed in by you is left open.
+   * Idempotent.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     await this.enqueueBatcher?.idle();
     await this.hinting;
-    await Promise.all([this.ownsPool ? this.pool.end() : undefined, this.readPool?.end()]);
+    await Promise.all([this.pool.close(), this.readPool?.close()]);
   }
 
   private createPool(connectionString: string, poolSize: number | undefined) {
@@ -750,7 +756,7 @@ export class Queue {
       keepAliveInitialDelayMillis: 10_000,
     });
     this.watchPool(pool);
-    return pool;
+    return new ManagedPool(pool, true);
   }
 
   /** A pooled connection killed while idle emits 'error' on the pool; unheard, it would crash the process. */

@@ -29,6 +29,33 @@ export interface ListenerOptions {
   /** First reconnect delay (default 100 ms), doubling up to `maxBackoffMs` (default 10 s). */
   minBackoffMs?: number;
   maxBackoffMs?: number;
+  /**
+   * How often the connection proves it is alive with a `SELECT 1` (default 10 000 ms). A LISTEN
+   * connection is silent by nature: over a partitioned network it would wait forever for
+   * notifications that can no longer come. A check unanswered within `healthTimeoutMs`
+   * (default 5 000 ms) drops the connection and reconnects.
+   */
+  healthIntervalMs?: number;
+  healthTimeoutMs?: number;
+}
+
+/** How long ending a client may wait for its socket to close before it is destroyed. */
+const END_TIMEOUT_MS = 1_000;
+
+/**
+ * Ends a pg Client without ever hanging: over a silent network its socket never closes, so
+ * after `timeoutMs` the socket is destroyed.
+ */
+export async function endClient(client: pg.Client, timeoutMs = END_TIMEOUT_MS): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    client.end().catch(() => undefined),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
 
 export class NotificationListener {
@@ -39,6 +66,7 @@ export class NotificationListener {
   private failures = 0;
   private everConnected = false;
   private connecting: Promise<void> | null = null;
+  private health: NodeJS.Timeout | null = null;
 
   constructor(options: ListenerOptions) {
     this.options = options;
@@ -59,11 +87,12 @@ export class NotificationListener {
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
+    if (this.health) clearInterval(this.health);
+    this.timer = this.health = null;
     await this.connecting?.catch(() => undefined);
     const client = this.client;
     this.client = null;
-    await client?.end().catch(() => undefined);
+    if (client) await endClient(client);
   }
 
   private connect(): Promise<void> {
@@ -91,16 +120,17 @@ export class NotificationListener {
       await client.query(`LISTEN ${quoteIdent(this.options.channel)}`);
     } catch (error) {
       client.removeAllListeners('end');
-      await client.end().catch(() => undefined);
+      await endClient(client);
       this.scheduleReconnect(error instanceof Error ? error : new Error(String(error)));
       return;
     }
     if (this.stopped) {
-      await client.end().catch(() => undefined);
+      await endClient(client);
       return;
     }
     this.client = client;
     this.failures = 0;
+    this.health ??= setInterval(() => void this.checkHealth(), this.options.healthIntervalMs ?? 10_000);
     const reconnected = this.everConnected;
     this.everConnected = true;
     this.options.onConnected(reconnected);
@@ -110,8 +140,31 @@ export class NotificationListener {
     if (this.client !== client) return; // an old or never-adopted client
     this.client = null;
     client.removeAllListeners('end');
-    client.end().catch(() => undefined);
+    void endClient(client);
     this.scheduleReconnect(error);
+  }
+
+  /** One `SELECT 1` on the LISTEN connection; no answer in time means the connection is dead. */
+  private async checkHealth(): Promise<void> {
+    const client = this.client;
+    if (!client || this.connecting || this.stopped) return;
+    const timeoutMs = this.options.healthTimeoutMs ?? 5_000;
+    let timer: NodeJS.Timeout | undefined;
+    const ok = await Promise.race([
+      client.query('SELECT 1').then(
+        () => true,
+        () => false,
+      ),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!ok)
+      this.lost(
+        client,
+        new Error(`the LISTEN connection did not answer a health check within ${timeoutMs} ms`),
+      );
   }
 
   private scheduleReconnect(error: Error): void {
