@@ -20,19 +20,23 @@ export function apiRoutes(queue: Queue, history: History): Hono {
 
   api.get('/counts', async (c) => {
     const [counts, live] = await Promise.all([queue.counts(), queue.liveByQueue()]);
-    const queues: Record<string, { pending: number; running: number }> = {};
+    // Queue names are data (SPEC §5): a Map, never keys of a plain object, so a queue named
+    // `__proto__` cannot reach Object.prototype. Object.fromEntries defines own properties.
+    const queues = new Map<string, { pending: number; running: number }>();
     for (const row of live) {
-      queues[row.queue] ??= { pending: 0, running: 0 };
-      (queues[row.queue] as { pending: number; running: number })[row.status] = row.count;
+      const entry = queues.get(row.queue) ?? { pending: 0, running: 0 };
+      entry[row.status] = row.count;
+      queues.set(row.queue, entry);
     }
-    return c.json({ ...counts, queues });
+    return c.json({ ...counts, queues: Object.fromEntries(queues) });
   });
 
   api.get('/history', async (c) => c.json(await history.snapshot()));
 
   api.get('/jobs', async (c) => {
     const query = c.req.query();
-    for (const key of Object.keys(query)) {
+    // Keys from the raw query string: c.req.query() drops names such as `toString` or `__proto__`.
+    for (const key of new URL(c.req.url).searchParams.keys()) {
       if (!LIST_PARAMS.includes(key)) {
         throw new ValidationError(key, `is not a filter (known: ${LIST_PARAMS.join(', ')})`);
       }

@@ -115,15 +115,17 @@ function renderOps(ops) {
 
 function renderQueues(counts) {
   const body = $('queues');
-  const names = Object.keys(counts.queues).sort();
-  const rows = names.length
-    ? names.map((name) =>
+  // Queue names are data: read as entries, never used to index an object (a queue may be
+  // called `__proto__` or `constructor`), and shown as text nodes.
+  const entries = Object.entries(counts.queues).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const rows = entries.length
+    ? entries.map(([name, live]) =>
         el(
           'tr',
           {},
           el('td', {}, name),
-          el('td', { class: 'num' }, number(counts.queues[name].pending)),
-          el('td', { class: 'num' }, number(counts.queues[name].running)),
+          el('td', { class: 'num' }, number(live.pending)),
+          el('td', { class: 'num' }, number(live.running)),
         ),
       )
     : [el('tr', {}, el('td', { colspan: '3', class: 'muted' }, 'No pending or running jobs.'))];
