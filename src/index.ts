@@ -36,6 +36,7 @@ export {
   type EnqueueResult,
   JOB_STATUSES,
   type Job,
+  type JobPage,
   type JobSpec,
   type JobStatus,
   type JsonValue,

@@ -29,6 +29,7 @@ import type {
   EnqueueOptions,
   EnqueueResult,
   Job,
+  JobPage,
   JobSpec,
   JobStatus,
   Lease,
@@ -553,6 +554,35 @@ export class Queue {
       },
       opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000),
     );
+  }
+
+  /**
+   * One bounded page of jobs, newest first: unlike {@link Queue.list}, no filter makes it read
+   * the whole table. It examines at most 10,000 rows below the cursor by id (a pending, running,
+   * dead or cancelled filter reads that status's own rows instead while it has no more than
+   * 10,000), so a filter that matches nothing recent returns fewer jobs than `limit` with
+   * `next` set to where it stopped looking: pass it as `after` to look further back.
+   *
+   * @example
+   * let page = await queue.listPage({ status: 'done', task: 'email.send' });
+   * while (page.next) page = await queue.listPage({ status: 'done', task: 'email.send', after: page.next });
+   */
+  async listPage(options?: ListOptions): Promise<JobPage> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, LIST_KEYS, 'options');
+    const limit = opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000);
+    const { jobs, scannedTo } = await this.store.listPage(
+      this.reader(),
+      {
+        status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+        task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+        queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+        after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+      },
+      limit,
+    );
+    return { jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : scannedTo };
   }
 
   /**

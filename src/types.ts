@@ -117,6 +117,17 @@ export interface ListOptions {
   after?: string;
 }
 
+/**
+ * One bounded page of `listPage`, newest first. `next` is the cursor to pass as `after` for
+ * the following page: the last job's id when the page is full; the lowest id examined when the
+ * page is not full because its window of rows ran out (older jobs may still match); `null`
+ * when nothing older matches.
+ */
+export interface JobPage {
+  jobs: Job[];
+  next: string | null;
+}
+
 /** Options of `prune`. */
 export interface PruneOptions {
   /** Delete finished jobs last updated at least this long ago. */

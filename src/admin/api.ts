@@ -51,9 +51,9 @@ export function apiRoutes(queue: Queue, history: History): Hono {
         throw new ValidationError('limit', `must be an integer from 1 to 1000, got "${query.limit}"`);
       options.limit = requireInt(Number(query.limit), 'limit', 1, 1000);
     }
-    const limit = options.limit ?? 50;
-    const jobs = await queue.list(options);
-    return c.json({ jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : null });
+    // A bounded read (SPEC §5): `next` may come back with fewer jobs than asked for, where the
+    // window of examined rows ended; following it looks further back.
+    return c.json(await queue.listPage(options));
   });
 
   api.get('/jobs/:id', async (c) => {

@@ -11,6 +11,9 @@ import { buildStatements, type Statements } from './statements.js';
 /** Rows counted exactly before `counts()` switches a finished status to an estimate (§7). */
 export const EXACT_COUNT_LIMIT = 10_000;
 
+/** Rows one `listPage` examines by primary key at most (a rare status's own rows aside). */
+export const LIST_WINDOW = 10_000;
+
 /** Counts by status, with the statuses whose figure is an estimate. */
 export interface StatusCounts {
   counts: Record<JobStatus, number>;
@@ -303,6 +306,31 @@ export class JobStore {
       limit,
     ]);
     return rows.map(toJob);
+  }
+
+  /**
+   * A bounded page, newest first (see the `listPage` statement): at most `window` rows examined
+   * beyond the rows of a rare status. `scannedTo`: the lowest id examined when the page is not
+   * full but older jobs may still match; null when the answer is complete.
+   */
+  async listPage(
+    db: Executor,
+    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    limit: number,
+    window = LIST_WINDOW,
+  ): Promise<{ jobs: Job[]; scannedTo: string | null }> {
+    const rows = await this.run<JobRow & { scanned_to: string | null }>(db, this.sql.listPage, [
+      filter.status,
+      filter.task,
+      filter.queue,
+      filter.after,
+      limit,
+      window,
+    ]);
+    return {
+      jobs: rows.filter((row) => row.id !== null).map(toJob),
+      scannedTo: rows[0]?.scanned_to ?? null,
+    };
   }
 
   async counts(db: Executor): Promise<StatusCounts> {

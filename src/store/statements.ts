@@ -26,6 +26,8 @@ const RUN_AFTER = (runAt: string, delayMs: string) =>
  * fifth execution, when the generic plan took over (scratch run, bench W2 drain loop).
  */
 const OPAQUE_RUNNING = `(j.status || '') = 'running'`;
+/** Above every job id: the open end of a keyset cursor. */
+const MAX_BIGINT = '9223372036854775807';
 /** §1.2/§1.3 compare-and-set guard of every owner transition: status, owner and attempt. */
 const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3`;
 
@@ -319,6 +321,59 @@ export function buildStatements(s: string) {
         AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR j.id < $4::bigint)
       ORDER BY j.id DESC -- the table's bigint id, not the text alias of the select list
       LIMIT $5`,
+
+    /**
+     * §5/§7 a bounded page, newest first: no filter can make it read the whole table.
+     * - A status with a partial index (pending, running, dead, cancelled) is read through it, at
+     *   most $6 + 1 rows; when it has no more than $6 rows they are all the candidates, and the
+     *   answer is complete (`scanned_to` null).
+     * - Otherwise (no status, `done`, or more than $6 rows of it) the $6 newest rows below the
+     *   cursor are examined by primary key, lazily (the scan stops once the page is full), and
+     *   filtered; when the page is not full, `scanned_to` is the lowest id of that window if the
+     *   window was full (older jobs may still match), else null (the table ran out).
+     * The cursor is a bound of the index scan in any plan: `coalesce`, not `$4 IS NULL OR …`,
+     * which a generic plan can only apply as a filter. One row with null job columns when the
+     * page is empty. $1 status, $2 task, $3 queue (each or null), $4 before id (or null),
+     * $5 limit, $6 window.
+     */
+    listPage: `
+      WITH by_status AS MATERIALIZED (
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'pending' AND $1::text = 'pending' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'running' AND $1::text = 'running' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'dead' AND $1::text = 'dead' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'cancelled' AND $1::text = 'cancelled' LIMIT $6::int + 1)
+      ), whole AS MATERIALIZED (
+        SELECT count(*) <= $6::int AND coalesce($1::text IN ('pending', 'running', 'dead', 'cancelled'), false) AS yes
+        FROM by_status
+      ), matched AS MATERIALIZED (
+        (SELECT b.id FROM by_status AS b
+         WHERE (SELECT yes FROM whole) AND b.id < coalesce($4::bigint, ${MAX_BIGINT})
+           AND ($2::text IS NULL OR b.task = $2) AND ($3::text IS NULL OR b.queue = $3)
+         ORDER BY b.id DESC LIMIT $5)
+        UNION ALL
+        (SELECT w.id FROM (
+           SELECT j.id, j.status, j.task, j.queue FROM ${jobs} AS j
+           WHERE NOT (SELECT yes FROM whole) AND j.id < coalesce($4::bigint, ${MAX_BIGINT})
+           ORDER BY j.id DESC LIMIT $6
+         ) AS w
+         WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.task = $2)
+           AND ($3::text IS NULL OR w.queue = $3)
+         ORDER BY w.id DESC LIMIT $5)
+      ), page AS (
+        SELECT ${JOB_COLUMNS}, j.id AS sort_id FROM ${jobs} AS j
+        WHERE j.id = ANY (ARRAY(SELECT id FROM matched))
+      ), edge AS (
+        SELECT CASE WHEN NOT (SELECT yes FROM whole) AND (SELECT count(*) FROM matched) < $5 THEN (
+                 SELECT CASE WHEN count(*) = $6 THEN min(w.id)::text END FROM (
+                   SELECT j.id FROM ${jobs} AS j WHERE j.id < coalesce($4::bigint, ${MAX_BIGINT})
+                   ORDER BY j.id DESC LIMIT $6) AS w)
+               END AS scanned_to
+      )
+      SELECT edge.scanned_to, page.* FROM edge LEFT JOIN page ON true
+      ORDER BY page.sort_id DESC`,
 
     /**
      * §7 counts without a full-table count: pending and running exactly through their partial

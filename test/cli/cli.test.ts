@@ -39,7 +39,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { beforeAll, describe, expect, test } from 'vitest';
 import type { Queue } from '../../src/queue.js';
-import type { Job, OpsSnapshot } from '../../src/types.js';
+import { LIST_WINDOW } from '../../src/store/job-store.js';
+import type { Job, JobPage, OpsSnapshot } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -379,12 +380,13 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       run(['list', '--task', 'cli.list', '--limit', '3']),
     ]);
     const all = desc([...done, ...pending, ...dead]);
-    expect(ids(json<Job[]>(byTask))).toEqual(all);
-    const doneJobs = json<Job[]>(doneOfTask);
+    expect(json<JobPage>(byTask)).toEqual({ jobs: expect.any(Array), next: null });
+    expect(ids(json<JobPage>(byTask).jobs)).toEqual(all);
+    const doneJobs = json<JobPage>(doneOfTask).jobs;
     expect(ids(doneJobs)).toEqual(desc(done));
     expect(doneJobs.every((j) => j.status === 'done' && j.task === 'cli.list')).toBe(true);
-    expect(ids(json<Job[]>(byQueue))).toEqual(desc([...all, ...other]));
-    expect(ids(json<Job[]>(page2))).toEqual([done[0]]);
+    expect(ids(json<JobPage>(byQueue).jobs)).toEqual(desc([...all, ...other]));
+    expect(json<JobPage>(page2)).toEqual({ jobs: [expect.objectContaining({ id: done[0] })], next: null });
 
     // For people: the first page of 3, then the hint for the next one.
     const text = ok(table);
@@ -616,5 +618,41 @@ describe('afterwards, on the whole table', { timeout: 120_000 }, () => {
     for (const block of [statusLines, signalLines]) {
       expect(new Set(block.map((line) => line.length)).size, block.join('\n')).toBe(1);
     }
+  });
+});
+
+// Last: its 10,000 rows would turn other tests' filters into windowed reads and their exact
+// done counts into estimates.
+describe('list on more rows than one window', { timeout: 120_000 }, () => {
+  test('list reads a bounded window: a filter matching nothing recent says where it stopped', async () => {
+    // Caught on the code before the fix: list walked every row for a filter that matched nothing
+    // recent (no `next`, no hint), and its --json was a bare array that could not say there was more.
+    const [needle] = await seed('cli.window', 1, { status: 'done' });
+    await seed('cli.window.filler', LIST_WINDOW + 50, { status: 'done' });
+    const [first, firstText] = await Promise.all([
+      run(['list', '--status', 'done', '--task', 'cli.window', '--json']),
+      run(['list', '--status', 'done', '--task', 'cli.window']),
+    ]);
+    const page = json<JobPage>(first);
+    expect(page.jobs).toEqual([]);
+    expect(page.next).not.toBeNull();
+    expect(BigInt(page.next as string)).toBeGreaterThan(BigInt(needle as string));
+    expect(ok(firstText)).toBe(
+      `No jobs match so far.\nlooked through jobs down to id ${page.next}; older ones may match: --after ${page.next}\n`,
+    );
+    const second = json<JobPage>(
+      await run([
+        'list',
+        '--status',
+        'done',
+        '--task',
+        'cli.window',
+        '--after',
+        page.next as string,
+        '--json',
+      ]),
+    );
+    expect(ids(second.jobs)).toEqual([needle]);
+    await db.sql(`DELETE FROM ${db.jobs} WHERE task = 'cli.window.filler'`);
   });
 });

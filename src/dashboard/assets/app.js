@@ -2,6 +2,7 @@
 // (rows keyed by job id, text nodes updated only when they change), so auto-refresh never
 // flickers or steals focus.
 const REFRESH_MS = 2000;
+const PAGE_SIZE = 25;
 const STATUSES = ['pending', 'running', 'done', 'dead', 'cancelled'];
 const $ = (id) => document.getElementById(id);
 
@@ -243,7 +244,7 @@ function jobQuery() {
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(state.filters)) if (value) params.set(key, value);
   if (state.after) params.set('after', state.after);
-  params.set('limit', '25');
+  params.set('limit', String(PAGE_SIZE));
   return `?${params}`;
 }
 
@@ -282,6 +283,14 @@ function renderJobs(page) {
   });
   while (body.children.length > rows.length) body.lastElementChild.remove();
   $('jobs-empty').hidden = rows.length > 0;
+  // A page is a bounded read: with fewer jobs than asked and a `next`, the server stopped
+  // looking at that id (older jobs may still match); "Older" looks further back from there.
+  const partial = page.next !== null && page.jobs.length < PAGE_SIZE;
+  setText(
+    $('jobs-scanned'),
+    partial ? `Looked through jobs down to #${page.next}; older ones may match.` : '',
+  );
+  $('jobs-scanned').hidden = !partial;
   state.next = page.next;
   $('page-older').disabled = !page.next;
   $('page-newest').disabled = !state.after;
