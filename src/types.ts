@@ -128,6 +128,21 @@ export interface JobPage {
   next: string | null;
 }
 
+/** What `cancelOrThrow` did. */
+export interface CancelOutcome {
+  id: string;
+  /** `cancelled` (it was pending), or `running` with cancellation requested (its worker aborts it). */
+  status: 'cancelled' | 'running';
+  /** True when the job was running: cancellation was requested, its worker aborts it. */
+  wasRunning: boolean;
+}
+
+/** What `requeueOrThrow` did: the dead job is pending again, attempts reset. */
+export interface RequeueOutcome {
+  id: string;
+  status: 'pending';
+}
+
 /** Options of `prune`. */
 export interface PruneOptions {
   /** Delete finished jobs last updated at least this long ago. */

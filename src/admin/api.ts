@@ -1,7 +1,8 @@
 /**
  * The admin HTTP API (SPEC §5). Every input is validated before the database is touched: a
  * malformed id or filter is a 400 naming the field, an unknown job a 404, a transition that
- * does not apply a 409; all errors share one envelope `{ error: { code, message, field? } }`.
+ * does not apply a 409 (ERR_CONFLICT, the code the CLI exits 3 on); all errors share one
+ * envelope `{ error: { code, message, field? } }`. Every read is bounded (SPEC §5, §7).
  */
 import { Hono } from 'hono';
 import { requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
@@ -63,30 +64,16 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     return c.json(job);
   });
 
+  // Writes decide and report in one statement on the primary (never a replica read first): an
+  // unknown job is a 404, a job whose status does not allow it a 409 ERR_CONFLICT.
   api.post('/jobs/:id/requeue', async (c) => {
-    const id = requireJobId(c.req.param('id'), 'id');
-    if (await queue.requeue(id)) return c.json({ id, requeued: true });
-    const job = await queue.get(id);
-    if (!job) throw new NotFoundError(`No job with id ${id}`);
-    return c.json(
-      errorBody('ERR_CONFLICT', `Job ${id} is ${job.status}: only dead jobs can be requeued`),
-      409,
-    );
+    const { id } = await queue.requeueOrThrow(requireJobId(c.req.param('id'), 'id'));
+    return c.json({ id, requeued: true });
   });
 
   api.post('/jobs/:id/cancel', async (c) => {
-    const id = requireJobId(c.req.param('id'), 'id');
-    const before = await queue.get(id);
-    if (!before) throw new NotFoundError(`No job with id ${id}`);
-    if (await queue.cancel(id))
-      return c.json({ id, cancelled: true, wasRunning: before.status === 'running' });
-    return c.json(
-      errorBody(
-        'ERR_CONFLICT',
-        `Job ${id} is ${before.status}: only pending or running jobs can be cancelled`,
-      ),
-      409,
-    );
+    const { id, wasRunning } = await queue.cancelOrThrow(requireJobId(c.req.param('id'), 'id'));
+    return c.json({ id, cancelled: true, wasRunning });
   });
 
   api.all('*', (c) => c.json(errorBody('ERR_NOT_FOUND', `No route ${c.req.method} ${c.req.path}`), 404));

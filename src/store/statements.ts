@@ -227,16 +227,27 @@ export function buildStatements(s: string) {
       )
       SELECT id::text AS id, (SELECT count(*) FROM notified) AS notified FROM reaped`,
 
-    /** §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. */
+    /**
+     * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
+     * locks the row first and decides on the locked (latest committed) status, so "unknown",
+     * "not dead: it is <status>" and "requeued" are one answer from the primary, never a read
+     * followed by a write. No row: unknown id; `after` null: the transition did not apply.
+     * $1 id, $2 channel.
+     */
     requeue: `
-      WITH requeued AS (
-        UPDATE ${jobs} SET
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), requeued AS (
+        UPDATE ${jobs} AS j SET
           status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
-        WHERE id = $1 AND status = 'dead'
-        RETURNING id
+        FROM target AS t
+        WHERE j.id = t.id AND t.status = 'dead'
+        RETURNING j.id, j.status
       )
-      SELECT id::text AS id, pg_notify($2, 'jobs') FROM requeued`,
+      SELECT t.status AS before, r.status AS after,
+             CASE WHEN r.id IS NOT NULL THEN pg_notify($2, 'jobs') END AS notified
+      FROM target AS t LEFT JOIN requeued AS r ON r.id = t.id`,
 
     /**
      * §1.2 one keyset batch of dead → pending (attempts reset, §1.8), optionally of one task;
@@ -271,21 +282,28 @@ export function buildStatements(s: string) {
 
     /**
      * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
-     * that the owning worker acts on). Finished jobs are left alone.
+     * that the owning worker acts on). Finished jobs are left alone. The row is locked first and
+     * the transition decided on the locked (latest committed) status, so the status before and
+     * after come from one statement on the primary: no row is an unknown id, `after` null a job
+     * already finished (`before` says how), `before` running a cancellation requested.
+     * $1 id, $2 channel.
      */
     cancel: `
-      WITH cancelled AS (
-        UPDATE ${jobs} SET
-          status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-          cancel_requested_at = CASE WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
-                                     ELSE cancel_requested_at END,
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), cancelled AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
+          cancel_requested_at = CASE WHEN t.status = 'running' THEN coalesce(j.cancel_requested_at, now())
+                                     ELSE j.cancel_requested_at END,
           updated_at = now()
-        WHERE id = $1 AND ${ACTIVE}
-        RETURNING id, status
+        FROM target AS t
+        WHERE j.id = t.id AND t.status IN ('pending', 'running')
+        RETURNING j.id, j.status
       )
-      SELECT id::text AS id, status,
-             CASE WHEN status = 'running' THEN pg_notify($2, 'cancel:' || id) END AS notified
-      FROM cancelled`,
+      SELECT t.status AS before, c.status AS after,
+             CASE WHEN c.status = 'running' THEN pg_notify($2, 'cancel:' || c.id) END AS notified
+      FROM target AS t LEFT JOIN cancelled AS c ON c.id = t.id`,
 
     /**
      * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after

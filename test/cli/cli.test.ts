@@ -431,20 +431,32 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     expect(ttyNoColor.stdout).not.toMatch(ANSI);
   });
 
-  test('requeue ID: dead → pending with attempts reset; a job not dead exits 3', async () => {
+  test('requeue ID: dead → pending with attempts reset; not dead, unknown or key taken exits 3', async () => {
     const [dead, deadToo] = await seed('cli.requeue', 2, { status: 'dead' });
     const [pending] = await seed('cli.requeue', 1);
-    const [asJson, asText, notDead] = await Promise.all([
+    const [held] = await seed('cli.requeue', 1, { status: 'dead', dedupeKey: 'cli-requeue-held' });
+    await queue.enqueue('cli.requeue.holder', null, { dedupeKey: 'cli-requeue-held' });
+    const [asJson, asText, notDead, unknown, keyTaken] = await Promise.all([
       run(['requeue', dead as string, '--json']),
       run(['requeue', deadToo as string]),
       run(['requeue', pending as string]),
+      run(['requeue', '987654321']),
+      run(['requeue', held as string]),
     ]);
+    oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
+    oneLineError(keyTaken, 3, /another active job holds its dedupe key/);
+    expect((await row(held as string)).status).toBe('dead');
     expect(json(asJson)).toEqual({ id: dead, requeued: true });
     expect(ok(asText)).toBe(`Requeued job ${deadToo}.\n`);
     for (const id of [dead, deadToo]) {
       expect(await row(id as string)).toMatchObject({ status: 'pending', attempts: 0 });
     }
-    oneLineError(notDead, 3, new RegExp(`^skiplock: job ${pending} is pending, not dead$`, 'm'));
+    // ERR_CONFLICT, the code the admin API answers 409 with; the status is read under the row lock.
+    oneLineError(
+      notDead,
+      3,
+      new RegExp(`^skiplock: Job ${pending} is pending: only dead jobs can be requeued$`, 'm'),
+    );
   });
 
   test('requeue --all-dead --task: counts, skips a held dedupe key; progress on stderr only without --json', async () => {
@@ -481,12 +493,14 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     const [claimed] = await queue.claim('cli-test-worker', { tasks: ['cli.cancel.running'] });
     expect(claimed?.id).toBe(runningId);
     const [done] = await seed('cli.cancel', 1, { status: 'done' });
-    const [asJson, asText, running, finished] = await Promise.all([
+    const [asJson, asText, running, finished, unknown] = await Promise.all([
       run(['cancel', pending, '--json']),
       run(['cancel', pendingToo]),
       run(['cancel', runningId, '--json']),
       run(['cancel', done as string]),
+      run(['cancel', '987654321']),
     ]);
+    oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
     expect(json(asJson)).toEqual({ id: pending, cancelled: true, wasRunning: false });
     expect((await row(pending)).status).toBe('cancelled');
     expect(ok(asText)).toBe(`Cancelled job ${pendingToo}.\n`);
@@ -496,7 +510,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(
       finished,
       3,
-      new RegExp(`^skiplock: job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
+      new RegExp(`^skiplock: Job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
     );
     expect((await row(done as string)).status).toBe('done');
   });
