@@ -4,6 +4,8 @@
  * may gain detail between versions.
  */
 
+import type { JobStatus } from './types.js';
+
 /** Stable error codes. New codes may be added; existing ones never change meaning. */
 export type SkiplockErrorCode =
   | 'ERR_VALIDATION'
@@ -12,6 +14,7 @@ export type SkiplockErrorCode =
   | 'ERR_NOT_MIGRATED'
   | 'ERR_MIGRATION'
   | 'ERR_DEDUPE_CONFLICT'
+  | 'ERR_CONFLICT'
   | 'ERR_QUEUE_CLOSED'
   | 'ERR_JOB_DEADLINE_EXCEEDED'
   | 'ERR_JOB_CANCELLED'
@@ -161,7 +164,28 @@ export class WorkerStoppingError extends SkiplockError {
   }
 }
 
-/** The job does not exist, or is not in a state the asked transition applies to. */
+/**
+ * The asked transition does not apply to the job's current status: cancel of a job that is
+ * already done, dead or cancelled; requeue of a job that is not dead. `status` is the job's
+ * status when the transition was refused, read under the row lock of that same statement.
+ *
+ * @example
+ * try { await queue.cancelOrThrow(id) } catch (e) {
+ *   if (e instanceof ConflictError) console.log(`job ${e.jobId} is already ${e.status}`)
+ * }
+ */
+export class ConflictError extends SkiplockError {
+  readonly jobId: string;
+  readonly status: JobStatus;
+
+  constructor(jobId: string, status: JobStatus, message: string) {
+    super('ERR_CONFLICT', message);
+    this.jobId = jobId;
+    this.status = status;
+  }
+}
+
+/** The job does not exist. */
 export class NotFoundError extends SkiplockError {
   constructor(message: string) {
     super('ERR_NOT_FOUND', message);

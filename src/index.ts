@@ -8,6 +8,7 @@ export { computeBackoff, DEFAULT_BACKOFF_BASE_MS, DEFAULT_BACKOFF_CAP_MS } from 
 export type { Executor } from './db/executor.js';
 export { notifyChannel } from './db/identifier.js';
 export {
+  ConflictError,
   DatabaseError,
   DedupeConflictError,
   EmbeddedPostgresError,
@@ -29,6 +30,7 @@ export { Queue, type QueueOptions } from './queue.js';
 export {
   type BackoffJitter,
   type BackoffOptions,
+  type CancelOutcome,
   type ClaimedJob,
   type ClaimOptions,
   type EnqueueCallOptions,
@@ -36,6 +38,7 @@ export {
   type EnqueueResult,
   JOB_STATUSES,
   type Job,
+  type JobPage,
   type JobSpec,
   type JobStatus,
   type JsonValue,
@@ -45,6 +48,7 @@ export {
   type OpsSnapshot,
   type PruneOptions,
   type Queryable,
+  type RequeueOutcome,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
 export type { Handler, JobContext, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';

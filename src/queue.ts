@@ -19,17 +19,26 @@ import { isConnectionError } from './db/database-error.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
 import { ManagedPool } from './db/managed-pool.js';
-import { DatabaseError, DedupeConflictError, QueueClosedError, ValidationError } from './errors.js';
+import {
+  ConflictError,
+  DatabaseError,
+  DedupeConflictError,
+  NotFoundError,
+  QueueClosedError,
+  ValidationError,
+} from './errors.js';
 import { type MigrateResult, migrate } from './migrations/migrate.js';
 import { JobStore, type LeaseRenewal } from './store/job-store.js';
 import type {
   BackoffOptions,
+  CancelOutcome,
   ClaimedJob,
   ClaimOptions,
   EnqueueCallOptions,
   EnqueueOptions,
   EnqueueResult,
   Job,
+  JobPage,
   JobSpec,
   JobStatus,
   Lease,
@@ -38,6 +47,7 @@ import type {
   OpsSnapshot,
   PruneOptions,
   Queryable,
+  RequeueOutcome,
 } from './types.js';
 
 /** Options of {@link Queue}. */
@@ -588,6 +598,35 @@ export class Queue {
   }
 
   /**
+   * One bounded page of jobs, newest first: unlike {@link Queue.list}, no filter makes it read
+   * the whole table. It examines at most 10,000 rows below the cursor by id (a pending, running,
+   * dead or cancelled filter reads that status's own rows instead while it has no more than
+   * 10,000), so a filter that matches nothing recent returns fewer jobs than `limit` with
+   * `next` set to where it stopped looking: pass it as `after` to look further back.
+   *
+   * @example
+   * let page = await queue.listPage({ status: 'done', task: 'email.send' });
+   * while (page.next) page = await queue.listPage({ status: 'done', task: 'email.send', after: page.next });
+   */
+  async listPage(options?: ListOptions): Promise<JobPage> {
+    this.assertOpen();
+    const opts = optionsObject(options, 'options');
+    rejectUnknownKeys(opts, LIST_KEYS, 'options');
+    const limit = opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000);
+    const { jobs, scannedTo } = await this.store.listPage(
+      this.reader(),
+      {
+        status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+        task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+        queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+        after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+      },
+      limit,
+    );
+    return { jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : scannedTo };
+  }
+
+  /**
    * Jobs by status. Cheap on any table size (SPEC §7): finished statuses beyond 10,000 rows are
    * estimated from statistics (see `ops().estimated`).
    */
@@ -610,7 +649,32 @@ export class Queue {
   /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
   async requeue(id: string): Promise<boolean> {
     this.assertOpen();
-    return this.store.requeue(this.pool, requireJobId(id));
+    return (await this.store.requeue(this.pool, requireJobId(id)))?.after === 'pending';
+  }
+
+  /**
+   * Like {@link Queue.requeue}, but says why nothing happened: one statement on the primary locks
+   * the row and requeues it only if it is dead, so the answer is never from a stale read.
+   *
+   * @throws {NotFoundError} no job has this id.
+   * @throws {ConflictError} the job is not dead (`error.status` says what it is).
+   * @throws {DedupeConflictError} another active job holds its dedupe key.
+   * @example
+   * await queue.requeueOrThrow('42'); // { id: '42', status: 'pending' }
+   */
+  async requeueOrThrow(id: string): Promise<RequeueOutcome> {
+    this.assertOpen();
+    const jobId = requireJobId(id);
+    const transition = await this.store.requeue(this.pool, jobId);
+    if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
+    if (transition.after === null) {
+      throw new ConflictError(
+        jobId,
+        transition.before,
+        `Job ${jobId} is ${transition.before}: only dead jobs can be requeued`,
+      );
+    }
+    return { id: jobId, status: 'pending' };
   }
 
   /**
@@ -653,7 +717,7 @@ export class Queue {
     let requeued = 0;
     for (const id of ids) {
       try {
-        if (await this.store.requeue(this.pool, id)) requeued++;
+        if ((await this.store.requeue(this.pool, id))?.after === 'pending') requeued++;
       } catch (error) {
         if (!(error instanceof DedupeConflictError)) throw error;
         totals.skipped++;
@@ -689,7 +753,33 @@ export class Queue {
    */
   async cancel(id: string): Promise<boolean> {
     this.assertOpen();
-    return this.store.cancel(this.pool, requireJobId(id));
+    return (await this.store.cancel(this.pool, requireJobId(id)))?.after != null;
+  }
+
+  /**
+   * Like {@link Queue.cancel}, but says what happened: one statement on the primary locks the
+   * row and decides on its current status, so `wasRunning` is never from a stale read.
+   *
+   * @returns `{ status: 'cancelled', wasRunning: false }` for a pending job; `{ status:
+   *   'running', wasRunning: true }` for a running one (cancellation requested: its worker aborts it).
+   * @throws {NotFoundError} no job has this id.
+   * @throws {ConflictError} the job is already done, dead or cancelled (`error.status`).
+   * @example
+   * const { wasRunning } = await queue.cancelOrThrow('42');
+   */
+  async cancelOrThrow(id: string): Promise<CancelOutcome> {
+    this.assertOpen();
+    const jobId = requireJobId(id);
+    const transition = await this.store.cancel(this.pool, jobId);
+    if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
+    if (transition.after !== 'cancelled' && transition.after !== 'running') {
+      throw new ConflictError(
+        jobId,
+        transition.before,
+        `Job ${jobId} is ${transition.before}: only pending or running jobs can be cancelled`,
+      );
+    }
+    return { id: jobId, status: transition.after, wasRunning: transition.before === 'running' };
   }
 
   /**

@@ -124,6 +124,32 @@ export interface ListOptions {
   after?: string;
 }
 
+/**
+ * One bounded page of `listPage`, newest first. `next` is the cursor to pass as `after` for
+ * the following page: the last job's id when the page is full; the lowest id examined when the
+ * page is not full because its window of rows ran out (older jobs may still match); `null`
+ * when nothing older matches.
+ */
+export interface JobPage {
+  jobs: Job[];
+  next: string | null;
+}
+
+/** What `cancelOrThrow` did. */
+export interface CancelOutcome {
+  id: string;
+  /** `cancelled` (it was pending), or `running` with cancellation requested (its worker aborts it). */
+  status: 'cancelled' | 'running';
+  /** True when the job was running: cancellation was requested, its worker aborts it. */
+  wasRunning: boolean;
+}
+
+/** What `requeueOrThrow` did: the dead job is pending again, attempts reset. */
+export interface RequeueOutcome {
+  id: string;
+  status: 'pending';
+}
+
 /** Options of `prune`. */
 export interface PruneOptions {
   /** Delete finished jobs last updated at least this long ago. */

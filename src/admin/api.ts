@@ -1,7 +1,8 @@
 /**
  * The admin HTTP API (SPEC §5). Every input is validated before the database is touched: a
  * malformed id or filter is a 400 naming the field, an unknown job a 404, a transition that
- * does not apply a 409; all errors share one envelope `{ error: { code, message, field? } }`.
+ * does not apply a 409 (ERR_CONFLICT, the code the CLI exits 3 on); all errors share one
+ * envelope `{ error: { code, message, field? } }`. Every read is bounded (SPEC §5, §7).
  */
 import { Hono } from 'hono';
 import { requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
@@ -20,19 +21,23 @@ export function apiRoutes(queue: Queue, history: History): Hono {
 
   api.get('/counts', async (c) => {
     const [counts, live] = await Promise.all([queue.counts(), queue.liveByQueue()]);
-    const queues: Record<string, { pending: number; running: number }> = {};
+    // Queue names are data (SPEC §5): a Map, never keys of a plain object, so a queue named
+    // `__proto__` cannot reach Object.prototype. Object.fromEntries defines own properties.
+    const queues = new Map<string, { pending: number; running: number }>();
     for (const row of live) {
-      queues[row.queue] ??= { pending: 0, running: 0 };
-      (queues[row.queue] as { pending: number; running: number })[row.status] = row.count;
+      const entry = queues.get(row.queue) ?? { pending: 0, running: 0 };
+      entry[row.status] = row.count;
+      queues.set(row.queue, entry);
     }
-    return c.json({ ...counts, queues });
+    return c.json({ ...counts, queues: Object.fromEntries(queues) });
   });
 
   api.get('/history', async (c) => c.json(await history.snapshot()));
 
   api.get('/jobs', async (c) => {
     const query = c.req.query();
-    for (const key of Object.keys(query)) {
+    // Keys from the raw query string: c.req.query() drops names such as `toString` or `__proto__`.
+    for (const key of new URL(c.req.url).searchParams.keys()) {
       if (!LIST_PARAMS.includes(key)) {
         throw new ValidationError(key, `is not a filter (known: ${LIST_PARAMS.join(', ')})`);
       }
@@ -47,9 +52,9 @@ export function apiRoutes(queue: Queue, history: History): Hono {
         throw new ValidationError('limit', `must be an integer from 1 to 1000, got "${query.limit}"`);
       options.limit = requireInt(Number(query.limit), 'limit', 1, 1000);
     }
-    const limit = options.limit ?? 50;
-    const jobs = await queue.list(options);
-    return c.json({ jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : null });
+    // A bounded read (SPEC §5): `next` may come back with fewer jobs than asked for, where the
+    // window of examined rows ended; following it looks further back.
+    return c.json(await queue.listPage(options));
   });
 
   api.get('/jobs/:id', async (c) => {
@@ -59,30 +64,16 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     return c.json(job);
   });
 
+  // Writes decide and report in one statement on the primary (never a replica read first): an
+  // unknown job is a 404, a job whose status does not allow it a 409 ERR_CONFLICT.
   api.post('/jobs/:id/requeue', async (c) => {
-    const id = requireJobId(c.req.param('id'), 'id');
-    if (await queue.requeue(id)) return c.json({ id, requeued: true });
-    const job = await queue.get(id);
-    if (!job) throw new NotFoundError(`No job with id ${id}`);
-    return c.json(
-      errorBody('ERR_CONFLICT', `Job ${id} is ${job.status}: only dead jobs can be requeued`),
-      409,
-    );
+    const { id } = await queue.requeueOrThrow(requireJobId(c.req.param('id'), 'id'));
+    return c.json({ id, requeued: true });
   });
 
   api.post('/jobs/:id/cancel', async (c) => {
-    const id = requireJobId(c.req.param('id'), 'id');
-    const before = await queue.get(id);
-    if (!before) throw new NotFoundError(`No job with id ${id}`);
-    if (await queue.cancel(id))
-      return c.json({ id, cancelled: true, wasRunning: before.status === 'running' });
-    return c.json(
-      errorBody(
-        'ERR_CONFLICT',
-        `Job ${id} is ${before.status}: only pending or running jobs can be cancelled`,
-      ),
-      409,
-    );
+    const { id, wasRunning } = await queue.cancelOrThrow(requireJobId(c.req.param('id'), 'id'));
+    return c.json({ id, cancelled: true, wasRunning });
   });
 
   api.all('*', (c) => c.json(errorBody('ERR_NOT_FOUND', `No route ${c.req.method} ${c.req.path}`), 404));

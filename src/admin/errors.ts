@@ -17,6 +17,7 @@ export function toHttpError(error: unknown): { status: 400 | 404 | 409 | 500 | 5
     switch (error.code) {
       case 'ERR_NOT_FOUND':
         return { status: 404, body: errorBody(error.code, error.message) };
+      case 'ERR_CONFLICT':
       case 'ERR_DEDUPE_CONFLICT':
         return { status: 409, body: errorBody(error.code, error.message) };
       case 'ERR_DATABASE':

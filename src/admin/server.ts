@@ -1,6 +1,7 @@
 /**
  * `skiplock dashboard`: the admin API, /metrics and the web dashboard in one small HTTP server
- * (Hono on Node's http). Bound to 127.0.0.1 unless told otherwise.
+ * (Hono on Node's http). Bound to 127.0.0.1 unless told otherwise; bound to loopback it answers
+ * only requests addressed to a loopback name (see auth.ts).
  */
 import type { AddressInfo } from 'node:net';
 import { createAdaptorServer } from '@hono/node-server';
@@ -10,7 +11,7 @@ import type { Queue } from '../queue.js';
 import type { Logger } from '../types.js';
 import type { Worker } from '../worker/worker.js';
 import { apiRoutes } from './api.js';
-import { apiAuth, isLoopback } from './auth.js';
+import { apiAuth, isLoopback, loopbackHostOnly } from './auth.js';
 import { dashboardRoutes } from './dashboard.js';
 import { errorBody, toHttpError } from './errors.js';
 import { History } from './history.js';
@@ -23,7 +24,7 @@ export interface AdminServerOptions {
   host?: string;
   /** Default 4000; 0 picks a free port. */
   port?: number;
-  /** Bearer token for /api (default: `SKIPLOCK_ADMIN_TOKEN`). */
+  /** Bearer token for /api and /metrics (default: `SKIPLOCK_ADMIN_TOKEN`). */
   token?: string | null;
   /** Workers running in this process: their outcomes feed /metrics. */
   workers?: Worker[];
@@ -54,7 +55,10 @@ export function adminApp(options: AdminServerOptions & { host: string }) {
       options.logger?.error?.({ err: error, path: c.req.path }, 'skiplock admin: request failed');
     return c.json(body, status);
   });
-  app.use('/api/*', apiAuth({ token, host: options.host }));
+  app.use('*', loopbackHostOnly(options.host)); // first: DNS rebinding reaches no route
+  const auth = apiAuth({ token, host: options.host });
+  app.use('/api/*', auth);
+  app.use('/metrics', auth);
   app.route('/api', apiRoutes(options.queue, history));
   app.get('/metrics', async (c) =>
     c.body(await metrics.text(), 200, { 'Content-Type': metrics.contentType }),

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { NotFoundError, print, withQueue } from './context.js';
+import { print, withQueue } from './context.js';
 
 /** `skiplock cancel ID`. */
 export function registerCancel(program: Command): void {
@@ -10,18 +10,12 @@ export function registerCancel(program: Command): void {
     .addHelpText('after', '\nExamples:\n  $ skiplock cancel 42')
     .action(async (id: string, _flags: unknown, command: Command) => {
       await withQueue(command, async (queue, options) => {
-        const before = await queue.get(id);
-        if (!before) throw new NotFoundError(`no job with id ${id}`);
-        const cancelled = await queue.cancel(id);
-        if (!cancelled)
-          throw new NotFoundError(
-            `job ${id} is ${before.status}: only pending or running jobs can be cancelled`,
-          );
-        const text =
-          before.status === 'running'
-            ? `Cancellation of running job ${id} requested: its worker aborts it.`
-            : `Cancelled job ${id}.`;
-        print(options, { id, cancelled, wasRunning: before.status === 'running' }, text);
+        // One statement on the primary decides and reports; unknown: exit 3, finished: ERR_CONFLICT, exit 3.
+        const { wasRunning } = await queue.cancelOrThrow(id);
+        const text = wasRunning
+          ? `Cancellation of running job ${id} requested: its worker aborts it.`
+          : `Cancelled job ${id}.`;
+        print(options, { id, cancelled: true, wasRunning }, text);
       });
     });
 }

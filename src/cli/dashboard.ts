@@ -23,8 +23,11 @@ export function registerDashboard(program: Command): void {
       'after',
       `
 Without SKIPLOCK_ADMIN_TOKEN the server binds 127.0.0.1 and anyone on this machine may use it.
-With it, every /api call needs "Authorization: Bearer <token>" (the page asks for the token).
+With it, every /api call and /metrics need "Authorization: Bearer <token>" (the page asks for
+the token; give Prometheus its "authorization" scrape setting, type Bearer, with the token).
 Bound to another address without a token, requeue and cancel are refused.
+Bound to loopback, it answers only requests addressed to localhost, 127.0.0.1 or [::1]
+(any other Host header is refused: DNS-rebinding protection).
 
 Examples:
   $ skiplock dashboard

@@ -74,11 +74,14 @@ async function main(argv: string[]): Promise<void> {
   }
 }
 
-/** 2: bad arguments; 3: no such job (or not in that state); 1: anything else (database…). */
+/**
+ * 2: bad arguments; 3: no such job, or not in a state the command applies to (ERR_CONFLICT, the
+ * admin API's 409; also a dedupe key taken again); 1: anything else (database…).
+ */
 function exitCode(error: unknown): number {
   if (!(error instanceof SkiplockError)) return 1;
   if (error.code === 'ERR_VALIDATION') return 2;
-  if (error.code === 'ERR_NOT_FOUND') return 3;
+  if (['ERR_NOT_FOUND', 'ERR_CONFLICT', 'ERR_DEDUPE_CONFLICT'].includes(error.code)) return 3;
   return 1;
 }
 

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { ValidationError } from '../errors.js';
-import { NotFoundError, print, withQueue } from './context.js';
+import { print, withQueue } from './context.js';
 import { progress } from './format.js';
 
 interface Flags {
@@ -32,9 +32,8 @@ Examples:
       }
       await withQueue(command, async (queue, options) => {
         if (id !== undefined) {
-          const job = await queue.get(id);
-          if (!job) throw new NotFoundError(`no job with id ${id}`);
-          if (!(await queue.requeue(id))) throw new NotFoundError(`job ${id} is ${job.status}, not dead`);
+          // One statement on the primary: unknown exits 3, not dead is ERR_CONFLICT (exit 3).
+          await queue.requeueOrThrow(id);
           print(options, { id, requeued: true }, `Requeued job ${id}.`);
           return;
         }

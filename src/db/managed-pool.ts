@@ -115,6 +115,6 @@ export class ManagedPool implements PoolExecutor {
   }
 
   private assertOpen(): void {
-    if (this.closing) throw new QueueClosedError();
+    if (this.closing !== null) throw new QueueClosedError();
   }
 }

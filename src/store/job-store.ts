@@ -11,6 +11,15 @@ import { buildStatements, type Statements } from './statements.js';
 /** Rows counted exactly before `counts()` switches a finished status to an estimate (§7). */
 export const EXACT_COUNT_LIMIT = 10_000;
 
+/** Rows one `listPage` examines by primary key at most (a rare status's own rows aside). */
+export const LIST_WINDOW = 10_000;
+
+/** A job's status before and after a one-statement transition (`after` null: it did not apply). */
+export interface Transition {
+  before: JobStatus;
+  after: JobStatus | null;
+}
+
 /** Counts by status, with the statuses whose figure is an estimate. */
 export interface StatusCounts {
   counts: Record<JobStatus, number>;
@@ -226,11 +235,15 @@ export class JobStore {
     return rows.map((row) => String(row.id));
   }
 
-  /** dead → pending; a {@link DedupeConflictError} when another active job holds its key. */
-  async requeue(db: Executor, id: string): Promise<boolean> {
+  /**
+   * dead → pending, decided on the locked row: its status before, and after (`null`: not
+   * requeued); `null` for an unknown id. A {@link DedupeConflictError} when another active job
+   * holds its key.
+   */
+  async requeue(db: Executor, id: string): Promise<Transition | null> {
     try {
-      const rows = await this.run(db, this.sql.requeue, [id, this.channel]);
-      return rows.length === 1;
+      const rows = await this.run<Transition>(db, this.sql.requeue, [id, this.channel]);
+      return rows[0] ? { before: rows[0].before, after: rows[0].after } : null;
     } catch (error) {
       if (error instanceof DatabaseError && error.sqlState === '23505') {
         throw new DedupeConflictError(
@@ -288,9 +301,13 @@ export class JobStore {
     return rows.map((row) => ({ bucket: Number(row.bucket), status: row.status, count: Number(row.n) }));
   }
 
-  async cancel(db: Executor, id: string): Promise<boolean> {
-    const rows = await this.run(db, this.sql.cancel, [id, this.channel]);
-    return rows.length === 1;
+  /**
+   * pending → cancelled, running → cancellation requested, decided on the locked row: its status
+   * before, and after (`null`: finished, left alone); `null` for an unknown id.
+   */
+  async cancel(db: Executor, id: string): Promise<Transition | null> {
+    const rows = await this.run<Transition>(db, this.sql.cancel, [id, this.channel]);
+    return rows[0] ? { before: rows[0].before, after: rows[0].after } : null;
   }
 
   /** Deletes up to `batchSize` finished jobs after id `afterId`; returns the count and the cursor. */
@@ -337,6 +354,31 @@ export class JobStore {
       limit,
     ]);
     return rows.map(toJob);
+  }
+
+  /**
+   * A bounded page, newest first (see the `listPage` statement): at most `window` rows examined
+   * beyond the rows of a rare status. `scannedTo`: the lowest id examined when the page is not
+   * full but older jobs may still match; null when the answer is complete.
+   */
+  async listPage(
+    db: Executor,
+    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    limit: number,
+    window = LIST_WINDOW,
+  ): Promise<{ jobs: Job[]; scannedTo: string | null }> {
+    const rows = await this.run<JobRow & { scanned_to: string | null }>(db, this.sql.listPage, [
+      filter.status,
+      filter.task,
+      filter.queue,
+      filter.after,
+      limit,
+      window,
+    ]);
+    return {
+      jobs: rows.filter((row) => row.id !== null).map(toJob),
+      scannedTo: rows[0]?.scanned_to ?? null,
+    };
   }
 
   async counts(db: Executor): Promise<StatusCounts> {

@@ -26,6 +26,8 @@ const RUN_AFTER = (runAt: string, delayMs: string) =>
  * fifth execution, when the generic plan took over (scratch run, bench W2 drain loop).
  */
 const OPAQUE_RUNNING = `(j.status || '') = 'running'`;
+/** Above every job id: the open end of a keyset cursor. */
+const MAX_BIGINT = '9223372036854775807';
 /**
  * §1.2/§1.3 compare-and-set guard of every owner transition: status, and all four fields of the
  * lease — the claim token (`claims`, which no other claim of the job ever gets) closes ABA
@@ -268,16 +270,27 @@ export function buildStatements(s: string) {
       )
       SELECT id::text AS id, (SELECT count(*) FROM notified) AS notified FROM reaped`,
 
-    /** §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. */
+    /**
+     * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
+     * locks the row first and decides on the locked (latest committed) status, so "unknown",
+     * "not dead: it is <status>" and "requeued" are one answer from the primary, never a read
+     * followed by a write. No row: unknown id; `after` null: the transition did not apply.
+     * $1 id, $2 channel.
+     */
     requeue: `
-      WITH requeued AS (
-        UPDATE ${jobs} SET
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), requeued AS (
+        UPDATE ${jobs} AS j SET
           status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
-        WHERE id = $1 AND status = 'dead'
-        RETURNING id
+        FROM target AS t
+        WHERE j.id = t.id AND t.status = 'dead'
+        RETURNING j.id, j.status
       )
-      SELECT id::text AS id, pg_notify($2, 'jobs') FROM requeued`,
+      SELECT t.status AS before, r.status AS after,
+             CASE WHEN r.id IS NOT NULL THEN pg_notify($2, 'jobs') END AS notified
+      FROM target AS t LEFT JOIN requeued AS r ON r.id = t.id`,
 
     /**
      * §1.2 one keyset batch of dead → pending (attempts reset, §1.8), optionally of one task;
@@ -312,21 +325,28 @@ export function buildStatements(s: string) {
 
     /**
      * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
-     * that the owning worker acts on). Finished jobs are left alone.
+     * that the owning worker acts on). Finished jobs are left alone. The row is locked first and
+     * the transition decided on the locked (latest committed) status, so the status before and
+     * after come from one statement on the primary: no row is an unknown id, `after` null a job
+     * already finished (`before` says how), `before` running a cancellation requested.
+     * $1 id, $2 channel.
      */
     cancel: `
-      WITH cancelled AS (
-        UPDATE ${jobs} SET
-          status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-          cancel_requested_at = CASE WHEN status = 'running' THEN coalesce(cancel_requested_at, now())
-                                     ELSE cancel_requested_at END,
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), cancelled AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
+          cancel_requested_at = CASE WHEN t.status = 'running' THEN coalesce(j.cancel_requested_at, now())
+                                     ELSE j.cancel_requested_at END,
           updated_at = now()
-        WHERE id = $1 AND ${ACTIVE}
-        RETURNING id, status
+        FROM target AS t
+        WHERE j.id = t.id AND t.status IN ('pending', 'running')
+        RETURNING j.id, j.status
       )
-      SELECT id::text AS id, status,
-             CASE WHEN status = 'running' THEN pg_notify($2, 'cancel:' || id) END AS notified
-      FROM cancelled`,
+      SELECT t.status AS before, c.status AS after,
+             CASE WHEN c.status = 'running' THEN pg_notify($2, 'cancel:' || c.id) END AS notified
+      FROM target AS t LEFT JOIN cancelled AS c ON c.id = t.id`,
 
     /**
      * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after
@@ -362,6 +382,59 @@ export function buildStatements(s: string) {
         AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR j.id < $4::bigint)
       ORDER BY j.id DESC -- the table's bigint id, not the text alias of the select list
       LIMIT $5`,
+
+    /**
+     * §5/§7 a bounded page, newest first: no filter can make it read the whole table.
+     * - A status with a partial index (pending, running, dead, cancelled) is read through it, at
+     *   most $6 + 1 rows; when it has no more than $6 rows they are all the candidates, and the
+     *   answer is complete (`scanned_to` null).
+     * - Otherwise (no status, `done`, or more than $6 rows of it) the $6 newest rows below the
+     *   cursor are examined by primary key, lazily (the scan stops once the page is full), and
+     *   filtered; when the page is not full, `scanned_to` is the lowest id of that window if the
+     *   window was full (older jobs may still match), else null (the table ran out).
+     * The cursor is a bound of the index scan in any plan: `coalesce`, not `$4 IS NULL OR …`,
+     * which a generic plan can only apply as a filter. One row with null job columns when the
+     * page is empty. $1 status, $2 task, $3 queue (each or null), $4 before id (or null),
+     * $5 limit, $6 window.
+     */
+    listPage: `
+      WITH by_status AS MATERIALIZED (
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'pending' AND $1::text = 'pending' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'running' AND $1::text = 'running' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'dead' AND $1::text = 'dead' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'cancelled' AND $1::text = 'cancelled' LIMIT $6::int + 1)
+      ), whole AS MATERIALIZED (
+        SELECT count(*) <= $6::int AND coalesce($1::text IN ('pending', 'running', 'dead', 'cancelled'), false) AS yes
+        FROM by_status
+      ), matched AS MATERIALIZED (
+        (SELECT b.id FROM by_status AS b
+         WHERE (SELECT yes FROM whole) AND b.id < coalesce($4::bigint, ${MAX_BIGINT})
+           AND ($2::text IS NULL OR b.task = $2) AND ($3::text IS NULL OR b.queue = $3)
+         ORDER BY b.id DESC LIMIT $5)
+        UNION ALL
+        (SELECT w.id FROM (
+           SELECT j.id, j.status, j.task, j.queue FROM ${jobs} AS j
+           WHERE NOT (SELECT yes FROM whole) AND j.id < coalesce($4::bigint, ${MAX_BIGINT})
+           ORDER BY j.id DESC LIMIT $6
+         ) AS w
+         WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.task = $2)
+           AND ($3::text IS NULL OR w.queue = $3)
+         ORDER BY w.id DESC LIMIT $5)
+      ), page AS (
+        SELECT ${JOB_COLUMNS}, j.id AS sort_id FROM ${jobs} AS j
+        WHERE j.id = ANY (ARRAY(SELECT id FROM matched))
+      ), edge AS (
+        SELECT CASE WHEN NOT (SELECT yes FROM whole) AND (SELECT count(*) FROM matched) < $5 THEN (
+                 SELECT CASE WHEN count(*) = $6 THEN min(w.id)::text END FROM (
+                   SELECT j.id FROM ${jobs} AS j WHERE j.id < coalesce($4::bigint, ${MAX_BIGINT})
+                   ORDER BY j.id DESC LIMIT $6) AS w)
+               END AS scanned_to
+      )
+      SELECT edge.scanned_to, page.* FROM edge LEFT JOIN page ON true
+      ORDER BY page.sort_id DESC`,
 
     /**
      * §7 counts without a full-table count: pending and running exactly through their partial

@@ -20,12 +20,15 @@
  * (a sequential scan of all 200,065 rows behind /api/counts and /metrics) and passes once it is
  * rewritten as one partial-index read per live status (pending UNION ALL running).
  */
+import * as http from 'node:http';
 import * as os from 'node:os';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { isLoopbackHost } from '../../src/admin/auth.js';
 import { type AdminServer, adminApp, isLoopback, startAdminServer } from '../../src/admin/server.js';
 import { quoteIdent } from '../../src/db/identifier.js';
-import type { Queue } from '../../src/queue.js';
-import { EXACT_COUNT_LIMIT } from '../../src/store/job-store.js';
+import { Queue } from '../../src/queue.js';
+import { EXACT_COUNT_LIMIT, LIST_WINDOW } from '../../src/store/job-store.js';
 import { buildStatements } from '../../src/store/statements.js';
 import type { Job } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
@@ -650,8 +653,23 @@ describe('auth', () => {
     expect(page.status).toBe(200);
     expect(page.text).toContain('data-auth-required="true"');
     expect((await call(server.url, '/assets/app.js')).status).toBe(200);
-    // /metrics is outside /api (SPEC §5 protects /api): scrapers need no token.
-    expect((await call(server.url, '/metrics')).status).toBe(200);
+  });
+
+  test('with a token, /metrics needs it too (a Prometheus scrape sends it as a bearer token)', async () => {
+    // Caught: /metrics answered 200 without the token (it was registered outside /api).
+    const wrong: Record<string, string>[] = [{}, { Authorization: 'Bearer wrong' }, { Authorization: TOKEN }];
+    for (const headers of wrong) {
+      const reply = await call(server.url, '/metrics', { headers });
+      expectError(reply, 401, { code: 'ERR_UNAUTHORIZED', field: null });
+      expect(reply.headers.get('www-authenticate')).toBe('Bearer realm="skiplock"');
+      expect(reply.text).not.toContain('skiplock_jobs');
+    }
+    const scrape = await call(server.url, '/metrics', { headers: { Authorization: `Bearer ${TOKEN}` } });
+    expect(scrape.status).toBe(200);
+    expect(parseExposition(scrape.text).help.has('skiplock_jobs')).toBe(true);
+    // Without a token, /metrics stays open (loopback bind, or a network you trust).
+    const open = await serve({ queue });
+    expect((await call(open.url, '/metrics')).status).toBe(200);
   });
 
   test('without a token, a loopback server accepts mutating calls', async () => {
@@ -747,6 +765,281 @@ describe('auth', () => {
     expect(
       (await call(guarded.url, `/api/jobs/${pending}/cancel`, { method: 'POST', headers: auth })).status,
     ).toBe(200);
+  });
+});
+
+// ------------------------------------------------------------------ DNS rebinding
+
+/**
+ * One request through node:http with the Host header (and request target) we choose: Node's
+ * fetch ignores a Host header (TECH-NOTES). Always connects to 127.0.0.1:`port`.
+ */
+function rawCall(
+  port: number,
+  path: string,
+  init: { host: string; method?: string; headers?: Record<string, string> },
+): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        path,
+        method: init.method ?? 'GET',
+        headers: { ...init.headers, Host: init.host },
+        setHost: false,
+        agent: false,
+      },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => {
+          text += chunk;
+        });
+        response.on('end', () => {
+          let body: unknown = text;
+          try {
+            body = JSON.parse(text);
+          } catch {
+            // not JSON
+          }
+          const headers = new Headers();
+          for (const [name, value] of Object.entries(response.headers)) {
+            if (typeof value === 'string') headers.set(name, value);
+          }
+          resolve({ status: response.statusCode ?? 0, headers, text, body });
+        });
+      },
+    );
+    request.once('error', reject);
+    request.end();
+  });
+}
+
+/** A Queue whose method calls are recorded (to prove a refused request read nothing). */
+function recorded(queue: Queue): { queue: Queue; calls: string[] } {
+  const calls: string[] = [];
+  const proxy = new Proxy(queue, {
+    get(target, property, receiver) {
+      const value = Reflect.get(target, property, receiver);
+      if (typeof value !== 'function') return value;
+      return (...args: unknown[]) => {
+        calls.push(String(property));
+        return (value as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { queue: proxy, calls };
+}
+
+describe('DNS rebinding: a loopback-bound server answers only loopback Host names', () => {
+  // Caught on the code before the fix: every "refused" request below was answered (200 with the
+  // jobs, the page and the metrics; the POST cancelled the job), since nothing looked at Host.
+  let queue: Queue;
+  let server: AdminServer;
+  let calls: string[];
+  let pending: string;
+
+  beforeAll(async () => {
+    queue = db.queue();
+    pending = (await queue.enqueue('rebind.target', { secret: 'payload' }, { queue: 'rebind' })).id;
+    const spy = recorded(queue);
+    calls = spy.calls;
+    server = await serve({ queue: spy.queue, sampleIntervalMs: 3_600_000 });
+    // The sampler's first read, before any test counts calls.
+    for (const deadline = Date.now() + 10_000; !calls.includes('counts') && Date.now() < deadline; )
+      await new Promise((resolve) => setTimeout(resolve, 10));
+  });
+
+  test('Host: evil.example is refused on every route with 403, and nothing is read', async () => {
+    calls.length = 0;
+    const port = server.port;
+    for (const host of [
+      `evil.example:${port}`,
+      'evil.example',
+      `EVIL.example:${port}`,
+      `localhost.:${port}`, // a DNS name, resolved by the attacker's resolver
+      `127.0.0.1.nip.io:${port}`,
+      `localhost.evil.example:${port}`,
+      `[::2]:${port}`,
+      `0.0.0.0:${port}`,
+      `127.0.0.256:${port}`,
+    ]) {
+      for (const [method, path] of [
+        ['GET', '/api/jobs'],
+        ['GET', `/api/jobs/${pending}`],
+        ['GET', '/api/counts'],
+        ['GET', '/'],
+        ['GET', '/assets/app.js'],
+        ['GET', '/metrics'],
+        ['GET', '/no/such/route'],
+        ['POST', `/api/jobs/${pending}/cancel`],
+      ] as const) {
+        const reply = await rawCall(port, path, { host, method });
+        expectError(reply, 403, { code: 'ERR_FORBIDDEN', field: null });
+        expect(reply.body.error.message, `${host} ${method} ${path}`).toContain('loopback');
+        expect(reply.text).not.toContain('payload');
+      }
+    }
+    // An absolute-form request target names the host too: it must be loopback as well.
+    const absolute = await rawCall(port, `http://evil.example:${port}/api/jobs`, {
+      host: `localhost:${port}`,
+    });
+    expectError(absolute, 403, { code: 'ERR_FORBIDDEN' });
+    expect(calls).toEqual([]);
+    expect((await queue.get(pending))?.status).toBe('pending');
+  });
+
+  test('loopback names work, with or without the port, in any case', async () => {
+    const port = server.port;
+    for (const host of [
+      `localhost:${port}`,
+      `127.0.0.1:${port}`,
+      `[::1]:${port}`,
+      `LOCALHOST:${port}`,
+      `127.0.0.2:${port}`,
+      'localhost',
+      '127.0.0.1',
+      '[::1]',
+    ]) {
+      const list = await rawCall(port, '/api/jobs?queue=rebind', { host });
+      expect(list.status, `${host}: ${list.text}`).toBe(200);
+      expect(list.body.jobs.map((j: Job) => j.id)).toEqual([pending]);
+      expect((await rawCall(port, '/', { host })).status, host).toBe(200);
+      expect((await rawCall(port, '/metrics', { host })).status, host).toBe(200);
+    }
+    const cancel = await rawCall(port, `/api/jobs/${pending}/cancel`, {
+      host: `localhost:${port}`,
+      method: 'POST',
+    });
+    expect(cancel.status, cancel.text).toBe(200);
+    expect(cancel.body).toEqual({ id: pending, cancelled: true, wasRunning: false });
+  });
+
+  test('the token does not open a loopback server to other Host names', async () => {
+    const guarded = await serve({ queue, token: 's3cret' });
+    const auth = { Authorization: 'Bearer s3cret' };
+    const refused = await rawCall(guarded.port, '/api/ops', { host: 'evil.example', headers: auth });
+    expectError(refused, 403, { code: 'ERR_FORBIDDEN' });
+    const fine = await rawCall(guarded.port, '/api/ops', {
+      host: `localhost:${guarded.port}`,
+      headers: auth,
+    });
+    expect(fine.status).toBe(200);
+  });
+
+  test('a server bound to another address does not check Host (it relies on the token)', async () => {
+    for (const host of ['0.0.0.0', '::']) {
+      const { app, history } = adminApp({ queue, host, token: 's3cret' });
+      history.stop();
+      const headers = { Host: 'dashboard.example.com', Authorization: 'Bearer s3cret' };
+      expect((await app.request('/api/ops', { headers })).status, host).toBe(200);
+      expect((await app.request('/metrics', { headers })).status, host).toBe(200);
+      const { Authorization: _, ...anonymous } = headers;
+      expect((await app.request('/api/ops', { headers: anonymous })).status, host).toBe(401);
+    }
+    // Bound to loopback, the same request is refused before the token is looked at.
+    const { app, history } = adminApp({ queue, host: '127.0.0.1', token: 's3cret' });
+    history.stop();
+    const response = await app.request('/api/ops', {
+      headers: { Host: 'dashboard.example.com', Authorization: 'Bearer s3cret' },
+    });
+    expect(response.status).toBe(403);
+  });
+
+  test('isLoopbackHost reads Host header values', () => {
+    for (const value of ['localhost', 'localhost:1', '127.0.0.1:4000', '[::1]', '[::1]:80', '127.9.9.9'])
+      expect(isLoopbackHost(value), value).toBe(true);
+    for (const value of [
+      undefined,
+      '',
+      '::1', // IPv6 without brackets is not a Host value
+      '[::1',
+      'localhost:',
+      'localhost:abc',
+      'localhost:4000:4000',
+      'evil.example',
+      'localhost.',
+      'localhostx',
+      '127.0.0.1.evil.example',
+      '127.0.0.999',
+      '[::1]evil',
+    ])
+      expect(isLoopbackHost(value), String(value)).toBe(false);
+  });
+});
+
+// ------------------------------------------------------------------ names from the database
+
+describe('names from the database are data: queues __proto__, constructor, toString', () => {
+  // Caught on the code before the fix: /api/counts assigned the `pending` count of queue
+  // `__proto__` to Object.prototype (`({}).pending` became 1 in the server process), and its
+  // answer lost that queue.
+  const schema = `${TEST_SCHEMA}_names`;
+  const NAMES = ['__proto__', 'constructor', 'toString', 'hasOwnProperty'];
+  let queue: Queue;
+  let server: AdminServer;
+
+  beforeAll(async () => {
+    queue = db.queue({ schema });
+    await queue.migrate();
+    for (const [i, name] of NAMES.entries()) {
+      for (let n = 0; n <= i; n++) await queue.enqueue(name, { n }, { queue: name });
+    }
+    await queue.enqueue('plain', {}, { queue: 'default' });
+    server = await serve({ queue });
+  });
+
+  /**
+   * What a request leaked onto Object.prototype, removed at once: left there, `pending` and
+   * `running` on every object make vitest report the test as skipped instead of failed.
+   */
+  function takeLeaks(): Record<string, unknown> {
+    const prototype = Object.prototype as Record<string, unknown>;
+    const leaks = Object.fromEntries(
+      ['pending', 'running'].filter((key) => key in prototype).map((key) => [key, prototype[key]]),
+    );
+    for (const key of Object.keys(leaks)) delete prototype[key];
+    return leaks;
+  }
+
+  test('/api/counts lists them as queues and pollutes nothing; later requests still work', async () => {
+    const counts = await call(server.url, '/api/counts');
+    expect(takeLeaks()).toEqual({});
+    expect(counts.status, counts.text).toBe(200);
+    expect(Object.getPrototypeOf(counts.body.queues)).toBe(Object.prototype); // JSON.parse: own keys
+    expect(Object.keys(counts.body.queues).sort()).toEqual([...NAMES, 'default'].sort());
+    NAMES.forEach((name, i) => {
+      expect(Object.getOwnPropertyDescriptor(counts.body.queues, name)?.value, name).toEqual({
+        pending: i + 1,
+        running: 0,
+      });
+    });
+    expect(counts.text).toContain('"__proto__":{"pending":1,"running":0}');
+
+    expect((await call(server.url, '/api/ops')).body).toMatchObject({ pending: 11 });
+    for (const name of NAMES) {
+      const byQueue = await call(server.url, `/api/jobs?queue=${encodeURIComponent(name)}`);
+      expect(byQueue.status, byQueue.text).toBe(200);
+      expect(byQueue.body.jobs.every((j: Job) => j.queue === name && j.task === name)).toBe(true);
+      const byTask = await call(server.url, `/api/jobs?task=${encodeURIComponent(name)}&status=pending`);
+      expect(byTask.body.jobs).toHaveLength(NAMES.indexOf(name) + 1);
+    }
+    expect((await call(server.url, '/api/jobs')).body.jobs).toHaveLength(11);
+    const metrics = parseExposition((await call(server.url, '/metrics')).text);
+    expect(sampleValue(metrics, 'skiplock_jobs', { status: 'pending', queue: '__proto__' })).toBe(1);
+    expect(sampleValue(metrics, 'skiplock_jobs', { status: 'pending', queue: 'hasOwnProperty' })).toBe(4);
+    const again = await call(server.url, '/api/counts');
+    expect(takeLeaks()).toEqual({});
+    expect(again.body.queues.default).toEqual({ pending: 1, running: 0 });
+    expect(({} as Record<string, unknown>).pending).toBeUndefined();
+  });
+
+  test('query parameters named like prototype members are unknown filters, not ignored', async () => {
+    for (const key of ['__proto__', 'constructor', 'toString']) {
+      const reply = await call(server.url, `/api/jobs?${key}=1`);
+      expectError(reply, 400, { code: 'ERR_VALIDATION', field: key });
+    }
   });
 });
 
@@ -1033,4 +1326,155 @@ describe('on a large table', () => {
       expect(cost.buffers, line).toBeLessThan(500);
     }
   });
+
+  /** Every statement each request sends through the Queue's pool, EXPLAIN-ed with its values. */
+  test('no admin request reads the whole table: every statement of every route, EXPLAIN ANALYZE-d', async () => {
+    // Caught on the code before the fix: GET /api/jobs?status=done&task=no.such.task (and the
+    // task-only and queue-only variants) walked all 200,000 done rows (`list` with a filter that
+    // never matches, ORDER BY id DESC LIMIT 50).
+    const pool = new RecordingPool({ connectionString: db.url, max: 2 });
+    const recorded = new Queue({ pool, schema });
+    const server = await serve({ queue: recorded, sampleIntervalMs: 3_600_000 });
+    try {
+      for (const deadline = Date.now() + 10_000; pool.statements.length === 0 && Date.now() < deadline; )
+        await new Promise((resolve) => setTimeout(resolve, 10)); // the sampler's first read
+      const [middle] = await db.sql<{ id: string }>(`SELECT (min(id) + max(id)) / 2 AS id FROM ${jobs}`);
+      // Budgets in rows read by scan nodes. A window is LIST_WINDOW rows (twice when the page is
+      // not full: once filtered, once for its lower edge); /api/history reads the last hour's
+      // finished jobs (here ~2,800: it grows with throughput, not with the table).
+      const window = 2 * LIST_WINDOW + 1_000;
+      const routes: [string, number][] = [
+        ['/api/ops', EXACT_COUNT_LIMIT + 1_000],
+        ['/api/counts', EXACT_COUNT_LIMIT + 1_000],
+        ['/metrics', EXACT_COUNT_LIMIT + 1_000],
+        ['/api/history', 5_000],
+        ['/api/jobs', 1_000],
+        ['/api/jobs?status=done&task=no.such.task', window],
+        ['/api/jobs?task=no.such.task', window],
+        ['/api/jobs?queue=no.such.queue&limit=1000', window],
+        [`/api/jobs?status=done&task=no.such.task&after=${middle?.id}`, window],
+        ['/api/jobs?status=dead&limit=50', 1_000],
+        ['/api/jobs?status=cancelled&task=x', 1_000],
+        ['/api/jobs?status=pending&task=no.such.task', 1_000],
+        ['/api/jobs/100', 100],
+      ];
+      const report: string[] = [];
+      for (const [path, budget] of routes) {
+        pool.statements.length = 0;
+        const reply = await call(server.url, path);
+        expect(reply.status, `${path}: ${reply.text}`).toBe(200);
+        let rows = 0;
+        for (const { text, values } of pool.statements) {
+          const [row] = await db.sql<{ 'QUERY PLAN': unknown }>(
+            `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ${text}`,
+            values,
+          );
+          rows += planCost(row?.['QUERY PLAN']).rowsRead;
+        }
+        report.push(`${path}: ${rows} rows in ${pool.statements.length} statement(s)`);
+        expect(pool.statements.length, path).toBeGreaterThan(0);
+        expect(rows, report.at(-1)).toBeLessThan(budget);
+      }
+      console.log(`rows read per admin request on 200,065 rows:\n  ${report.join('\n  ')}`);
+    } finally {
+      await server.close();
+      await recorded.close();
+      await pool.end();
+    }
+  });
+
+  test('listPage stays bounded in generic plans too (named prepared statements)', async () => {
+    // A generic plan cannot use `$4 IS NULL OR id < $4` as an index bound: a cursor deep in the
+    // table would then be reached by reading every newer row. The statement uses coalesce.
+    const text = buildStatements(quoteIdent(schema)).listPage;
+    const [middle] = await db.sql<{ id: string }>(`SELECT (min(id) + max(id)) / 2 AS id FROM ${jobs}`);
+    const client = await db.pool.connect();
+    try {
+      await client.query(`PREPARE list_page_check(text, text, text, bigint, int, int) AS ${text}`);
+      const report: string[] = [];
+      for (const mode of ['force_generic_plan', 'force_custom_plan']) {
+        await client.query(`SET plan_cache_mode = ${mode}`);
+        for (const args of [
+          ['done', 'no.such.task', null, middle?.id, 50],
+          [null, null, 'no.such.queue', null, 1000],
+          ['dead', null, null, null, 50],
+          [null, null, null, middle?.id, 25],
+        ]) {
+          const literals = [...args, LIST_WINDOW].map((v) =>
+            v === null || v === undefined ? 'NULL' : client.escapeLiteral(String(v)),
+          );
+          const { rows } = await client.query(
+            `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE list_page_check(${literals.join(', ')})`,
+          );
+          const cost = planCost(rows[0]['QUERY PLAN']);
+          report.push(`${mode} ${JSON.stringify(args)}: ${cost.rowsRead} rows, ${cost.buffers} buffers`);
+          expect(cost.rowsRead, report.at(-1)).toBeLessThan(2 * LIST_WINDOW + 1_000);
+          expect(JSON.stringify(rows[0]['QUERY PLAN']), report.at(-1)).not.toContain('"Seq Scan"');
+        }
+      }
+      console.log(`listPage plans:\n  ${report.join('\n  ')}`);
+    } finally {
+      await client.query('RESET plan_cache_mode');
+      await client.query('DEALLOCATE list_page_check');
+      client.release();
+    }
+  });
+
+  test('following next through the API walks the whole table in windows and finds every match once', async () => {
+    const needles = await db.sql<{ id: string }>(
+      `UPDATE ${jobs} SET task = 'needle' WHERE id IN (
+         (SELECT id FROM ${jobs} WHERE status = 'done' ORDER BY id OFFSET 30000 LIMIT 1)
+         UNION ALL (SELECT id FROM ${jobs} WHERE status = 'done' ORDER BY id DESC OFFSET 25000 LIMIT 1))
+       RETURNING id::text AS id`,
+    );
+    try {
+      const server = await serve({ queue });
+      const found: string[] = [];
+      const [{ total } = { total: 0 }] = await db.sql<{ total: number }>(
+        `SELECT count(*)::int AS total FROM ${jobs}`,
+      );
+      let after: string | null = null;
+      let requests = 0;
+      do {
+        const reply: Reply = await call(
+          server.url,
+          `/api/jobs?status=done&task=needle&limit=5${after === null ? '' : `&after=${after}`}`,
+        );
+        expect(reply.status, reply.text).toBe(200);
+        found.push(...reply.body.jobs.map((j: Job) => j.id));
+        if (reply.body.next !== null) {
+          // Where it stopped: below the cursor, and at most one window further down.
+          expect(BigInt(reply.body.next)).toBeLessThan(after === null ? 2n ** 63n : BigInt(after));
+          if (reply.body.jobs.length < 5) expect(reply.body.jobs.length).toBeLessThanOrEqual(2);
+        }
+        after = reply.body.next;
+        requests++;
+      } while (after !== null && requests < 100);
+      expect(after).toBeNull();
+      expect(found).toEqual(needles.map((n) => n.id).sort((a, b) => Number(b) - Number(a)));
+      expect(requests).toBeLessThanOrEqual(Math.ceil(total / LIST_WINDOW) + 1);
+      expect(requests).toBeGreaterThanOrEqual(Math.floor(total / LIST_WINDOW));
+      // A rare status is read through its own index: the 40 old dead jobs in one complete page.
+      const dead = await call(server.url, '/api/jobs?status=dead&limit=50');
+      expect(dead.body.jobs).toHaveLength(40);
+      expect(dead.body.next).toBeNull();
+    } finally {
+      await db.sql(`UPDATE ${jobs} SET task = 'email.send' WHERE task = 'needle'`);
+    }
+  });
 });
+
+/** A pg.Pool that records the text and values of every statement sent through `query`. */
+class RecordingPool extends pg.Pool {
+  readonly statements: { text: string; values: unknown[] }[] = [];
+
+  // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
+  override query(...args: any[]): any {
+    const [first, second] = args;
+    if (typeof first === 'string') this.statements.push({ text: first, values: second ?? [] });
+    else if (first && typeof first.text === 'string')
+      this.statements.push({ text: first.text, values: first.values ?? [] });
+    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
+    return (super.query as any)(...args);
+  }
+}

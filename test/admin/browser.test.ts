@@ -26,6 +26,7 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type AdminServer, startAdminServer } from '../../src/admin/server.js';
 import type { Queue } from '../../src/queue.js';
+import { LIST_WINDOW } from '../../src/store/job-store.js';
 import type { JobStatus } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -445,6 +446,54 @@ describe.skipIf(!HAS_CHROMIUM)(
         await page.context().close();
       } finally {
         await guarded.close();
+      }
+    });
+
+    test('queue names such as __proto__ are rows; a search that stops short says how far it looked', async () => {
+      // Caught on the code before the fix: the server answered /api/jobs by scanning the whole
+      // table, so the page never said where it stopped (waiting for #jobs-scanned timed out); and
+      // the old /api/counts wrote queue __proto__'s count onto Object.prototype of this process
+      // (the server runs in it), which broke vitest itself (unhandled TypeErrors, tests skipped).
+      await queue.enqueue('browser.proto', { n: 1 }, { queue: '__proto__' });
+      await queue.enqueue('browser.proto', { n: 2 }, { queue: '__proto__' });
+      await queue.enqueue('browser.proto', { n: 3 }, { queue: 'constructor' });
+      const [needle] = await db.sql<{ id: string }>(
+        `INSERT INTO ${db.jobs} (task, status) VALUES ('browser.needle', 'done') RETURNING id::text AS id`,
+      );
+      await db.sql(
+        `INSERT INTO ${db.jobs} (task, status) SELECT 'browser.filler', 'done' FROM generate_series(1, $1)`,
+        [LIST_WINDOW + 50],
+      );
+      try {
+        const page = await open(server.url);
+        await page.waitForSelector('body[data-loaded="true"]');
+        const queueRows = async () =>
+          page
+            .locator('#queues tr')
+            .evaluateAll((rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
+        await expect.poll(queueRows).toEqual(
+          expect.arrayContaining([
+            ['__proto__', '2', '0'],
+            ['constructor', '1', '0'],
+          ]),
+        );
+
+        await page.fill('#filter-task', 'browser.needle');
+        await page.locator('[data-testid="filter-status"]').selectOption('done');
+        const note = page.locator('[data-testid="jobs-scanned"]');
+        await note.waitFor({ state: 'visible' });
+        expect(await note.textContent()).toMatch(
+          /^Looked through jobs down to #\d+; older ones may match\.$/,
+        );
+        expect(await page.locator('#jobs tr').count()).toBe(0);
+        expect(await page.locator('#page-older').isEnabled()).toBe(true);
+        await page.click('#page-older');
+        await page.waitForSelector(`[data-testid="job-row-${needle?.id}"]`);
+        await note.waitFor({ state: 'hidden' });
+        expect(await page.locator('#page-older').isEnabled()).toBe(false);
+        await page.context().close();
+      } finally {
+        await db.sql(`DELETE FROM ${db.jobs} WHERE task IN ('browser.filler', 'browser.needle')`);
       }
     });
 

@@ -39,7 +39,8 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { beforeAll, describe, expect, test } from 'vitest';
 import type { Queue } from '../../src/queue.js';
-import type { Job, OpsSnapshot } from '../../src/types.js';
+import { LIST_WINDOW } from '../../src/store/job-store.js';
+import type { Job, JobPage, OpsSnapshot } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -379,12 +380,13 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       run(['list', '--task', 'cli.list', '--limit', '3']),
     ]);
     const all = desc([...done, ...pending, ...dead]);
-    expect(ids(json<Job[]>(byTask))).toEqual(all);
-    const doneJobs = json<Job[]>(doneOfTask);
+    expect(json<JobPage>(byTask)).toEqual({ jobs: expect.any(Array), next: null });
+    expect(ids(json<JobPage>(byTask).jobs)).toEqual(all);
+    const doneJobs = json<JobPage>(doneOfTask).jobs;
     expect(ids(doneJobs)).toEqual(desc(done));
     expect(doneJobs.every((j) => j.status === 'done' && j.task === 'cli.list')).toBe(true);
-    expect(ids(json<Job[]>(byQueue))).toEqual(desc([...all, ...other]));
-    expect(ids(json<Job[]>(page2))).toEqual([done[0]]);
+    expect(ids(json<JobPage>(byQueue).jobs)).toEqual(desc([...all, ...other]));
+    expect(json<JobPage>(page2)).toEqual({ jobs: [expect.objectContaining({ id: done[0] })], next: null });
 
     // For people: the first page of 3, then the hint for the next one.
     const text = ok(table);
@@ -429,20 +431,32 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     expect(ttyNoColor.stdout).not.toMatch(ANSI);
   });
 
-  test('requeue ID: dead → pending with attempts reset; a job not dead exits 3', async () => {
+  test('requeue ID: dead → pending with attempts reset; not dead, unknown or key taken exits 3', async () => {
     const [dead, deadToo] = await seed('cli.requeue', 2, { status: 'dead' });
     const [pending] = await seed('cli.requeue', 1);
-    const [asJson, asText, notDead] = await Promise.all([
+    const [held] = await seed('cli.requeue', 1, { status: 'dead', dedupeKey: 'cli-requeue-held' });
+    await queue.enqueue('cli.requeue.holder', null, { dedupeKey: 'cli-requeue-held' });
+    const [asJson, asText, notDead, unknown, keyTaken] = await Promise.all([
       run(['requeue', dead as string, '--json']),
       run(['requeue', deadToo as string]),
       run(['requeue', pending as string]),
+      run(['requeue', '987654321']),
+      run(['requeue', held as string]),
     ]);
+    oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
+    oneLineError(keyTaken, 3, /another active job holds its dedupe key/);
+    expect((await row(held as string)).status).toBe('dead');
     expect(json(asJson)).toEqual({ id: dead, requeued: true });
     expect(ok(asText)).toBe(`Requeued job ${deadToo}.\n`);
     for (const id of [dead, deadToo]) {
       expect(await row(id as string)).toMatchObject({ status: 'pending', attempts: 0 });
     }
-    oneLineError(notDead, 3, new RegExp(`^skiplock: job ${pending} is pending, not dead$`, 'm'));
+    // ERR_CONFLICT, the code the admin API answers 409 with; the status is read under the row lock.
+    oneLineError(
+      notDead,
+      3,
+      new RegExp(`^skiplock: Job ${pending} is pending: only dead jobs can be requeued$`, 'm'),
+    );
   });
 
   test('requeue --all-dead --task: counts, skips a held dedupe key; progress on stderr only without --json', async () => {
@@ -479,12 +493,14 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     const [claimed] = await queue.claim('cli-test-worker', { tasks: ['cli.cancel.running'] });
     expect(claimed?.id).toBe(runningId);
     const [done] = await seed('cli.cancel', 1, { status: 'done' });
-    const [asJson, asText, running, finished] = await Promise.all([
+    const [asJson, asText, running, finished, unknown] = await Promise.all([
       run(['cancel', pending, '--json']),
       run(['cancel', pendingToo]),
       run(['cancel', runningId, '--json']),
       run(['cancel', done as string]),
+      run(['cancel', '987654321']),
     ]);
+    oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
     expect(json(asJson)).toEqual({ id: pending, cancelled: true, wasRunning: false });
     expect((await row(pending)).status).toBe('cancelled');
     expect(ok(asText)).toBe(`Cancelled job ${pendingToo}.\n`);
@@ -494,7 +510,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(
       finished,
       3,
-      new RegExp(`^skiplock: job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
+      new RegExp(`^skiplock: Job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
     );
     expect((await row(done as string)).status).toBe('done');
   });
@@ -616,5 +632,41 @@ describe('afterwards, on the whole table', { timeout: 120_000 }, () => {
     for (const block of [statusLines, signalLines]) {
       expect(new Set(block.map((line) => line.length)).size, block.join('\n')).toBe(1);
     }
+  });
+});
+
+// Last: its 10,000 rows would turn other tests' filters into windowed reads and their exact
+// done counts into estimates.
+describe('list on more rows than one window', { timeout: 120_000 }, () => {
+  test('list reads a bounded window: a filter matching nothing recent says where it stopped', async () => {
+    // Caught on the code before the fix: list walked every row for a filter that matched nothing
+    // recent (no `next`, no hint), and its --json was a bare array that could not say there was more.
+    const [needle] = await seed('cli.window', 1, { status: 'done' });
+    await seed('cli.window.filler', LIST_WINDOW + 50, { status: 'done' });
+    const [first, firstText] = await Promise.all([
+      run(['list', '--status', 'done', '--task', 'cli.window', '--json']),
+      run(['list', '--status', 'done', '--task', 'cli.window']),
+    ]);
+    const page = json<JobPage>(first);
+    expect(page.jobs).toEqual([]);
+    expect(page.next).not.toBeNull();
+    expect(BigInt(page.next as string)).toBeGreaterThan(BigInt(needle as string));
+    expect(ok(firstText)).toBe(
+      `No jobs match so far.\nlooked through jobs down to id ${page.next}; older ones may match: --after ${page.next}\n`,
+    );
+    const second = json<JobPage>(
+      await run([
+        'list',
+        '--status',
+        'done',
+        '--task',
+        'cli.window',
+        '--after',
+        page.next as string,
+        '--json',
+      ]),
+    );
+    expect(ids(second.jobs)).toEqual([needle]);
+    await db.sql(`DELETE FROM ${db.jobs} WHERE task = 'cli.window.filler'`);
   });
 });

@@ -2,6 +2,7 @@
 // (rows keyed by job id, text nodes updated only when they change), so auto-refresh never
 // flickers or steals focus.
 const REFRESH_MS = 2000;
+const PAGE_SIZE = 25;
 const STATUSES = ['pending', 'running', 'done', 'dead', 'cancelled'];
 const $ = (id) => document.getElementById(id);
 
@@ -115,15 +116,17 @@ function renderOps(ops) {
 
 function renderQueues(counts) {
   const body = $('queues');
-  const names = Object.keys(counts.queues).sort();
-  const rows = names.length
-    ? names.map((name) =>
+  // Queue names are data: read as entries, never used to index an object (a queue may be
+  // called `__proto__` or `constructor`), and shown as text nodes.
+  const entries = Object.entries(counts.queues).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  const rows = entries.length
+    ? entries.map(([name, live]) =>
         el(
           'tr',
           {},
           el('td', {}, name),
-          el('td', { class: 'num' }, number(counts.queues[name].pending)),
-          el('td', { class: 'num' }, number(counts.queues[name].running)),
+          el('td', { class: 'num' }, number(live.pending)),
+          el('td', { class: 'num' }, number(live.running)),
         ),
       )
     : [el('tr', {}, el('td', { colspan: '3', class: 'muted' }, 'No pending or running jobs.'))];
@@ -241,7 +244,7 @@ function jobQuery() {
   const params = new URLSearchParams();
   for (const [key, value] of Object.entries(state.filters)) if (value) params.set(key, value);
   if (state.after) params.set('after', state.after);
-  params.set('limit', '25');
+  params.set('limit', String(PAGE_SIZE));
   return `?${params}`;
 }
 
@@ -280,6 +283,14 @@ function renderJobs(page) {
   });
   while (body.children.length > rows.length) body.lastElementChild.remove();
   $('jobs-empty').hidden = rows.length > 0;
+  // A page is a bounded read: with fewer jobs than asked and a `next`, the server stopped
+  // looking at that id (older jobs may still match); "Older" looks further back from there.
+  const partial = page.next !== null && page.jobs.length < PAGE_SIZE;
+  setText(
+    $('jobs-scanned'),
+    partial ? `Looked through jobs down to #${page.next}; older ones may match.` : '',
+  );
+  $('jobs-scanned').hidden = !partial;
   state.next = page.next;
   $('page-older').disabled = !page.next;
   $('page-newest').disabled = !state.after;
