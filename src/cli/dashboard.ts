@@ -1,6 +1,11 @@
 import type { Command } from 'commander';
 import { Queue } from '../queue.js';
-import { type GlobalOptions, requireDatabaseUrl } from './context.js';
+import {
+  type GlobalOptions,
+  READ_DATABASE_URL_HELP,
+  readDatabaseUrl,
+  requireDatabaseUrl,
+} from './context.js';
 import { port } from './parse.js';
 
 interface Flags {
@@ -19,12 +24,15 @@ export function registerDashboard(program: Command): void {
       'address to bind (without SKIPLOCK_ADMIN_TOKEN, changes need a loopback bind)',
       '127.0.0.1',
     )
+    .option('--read-database-url <url>', READ_DATABASE_URL_HELP)
     .addHelpText(
       'after',
       `
 Without SKIPLOCK_ADMIN_TOKEN the server binds 127.0.0.1 and anyone on this machine may use it.
 With it, every /api call needs "Authorization: Bearer <token>" (the page asks for the token).
 Bound to another address without a token, requeue and cancel are refused.
+With a read replica, the counts, job lists and details come from it and the page shows its lag;
+requeue and cancel are written on the primary.
 
 Examples:
   $ skiplock dashboard
@@ -36,6 +44,7 @@ Examples:
         connectionString: requireDatabaseUrl(options),
         schema: options.schema,
         poolSize: 4,
+        readConnectionString: readDatabaseUrl(command),
       });
       try {
         await queue.ops(); // fail fast: unreachable database or schema not migrated
