@@ -19,6 +19,7 @@ import { isConnectionError } from './db/database-error.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
 import { ManagedPool } from './db/managed-pool.js';
+import { fromReadReplica } from './db/replica-error.js';
 import {
   ConflictError,
   DatabaseError,
@@ -58,7 +59,12 @@ export interface QueueOptions {
   pool?: pg.Pool;
   /** Schema holding Skiplock's tables (default `skiplock`). Any name works; it is always quoted. */
   schema?: string;
-  /** Optional replica for the observability reads (`get`, `list`, `counts`, `ops`). */
+  /**
+   * Optional streaming replica for the observability reads: `get`, `list`, `counts`, `ops`,
+   * `liveByQueue`, `throughput`. Every write, claim and `findActive` stays on the primary. The
+   * replica lags (`ops().replicaLagMs`): a job just enqueued may not be there yet. Its pool has
+   * the same timeouts as the primary's; its errors begin "Read replica (readConnectionString)".
+   */
   readConnectionString?: string;
   /** Retry delays of `fail()`: base, cap and jitter of {@link computeBackoff}. */
   backoff?: BackoffOptions;
@@ -168,6 +174,8 @@ export class Queue {
   private hinting: Promise<void> | null = null;
   private hintAgain = false;
   private closed = false;
+  /** Warned once that readConnectionString is not a replica (§7: a misconfiguration is said). */
+  private warnedNotReplica = false;
 
   constructor(options: QueueOptions = {}) {
     const opts = optionsObject(options, 'options');
@@ -571,7 +579,8 @@ export class Queue {
   /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */
   async get(id: string): Promise<Job | null> {
     this.assertOpen();
-    return this.store.get(this.reader(), requireJobId(id));
+    const jobId = requireJobId(id);
+    return this.read((db) => this.store.get(db, jobId));
   }
 
   /** The active (pending or running) job holding `dedupeKey`, or `null`. */
@@ -585,16 +594,14 @@ export class Queue {
     this.assertOpen();
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, LIST_KEYS, 'options');
-    return this.store.list(
-      this.reader(),
-      {
-        status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
-        task: opts.task === undefined ? null : requireName(opts.task, 'task'),
-        queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
-        after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
-      },
-      opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000),
-    );
+    const filter = {
+      status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+      task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+      queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+      after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+    };
+    const limit = opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000);
+    return this.read((db) => this.store.list(db, filter, limit));
   }
 
   /**
@@ -613,15 +620,17 @@ export class Queue {
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, LIST_KEYS, 'options');
     const limit = opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000);
-    const { jobs, scannedTo } = await this.store.listPage(
-      this.reader(),
-      {
-        status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
-        task: opts.task === undefined ? null : requireName(opts.task, 'task'),
-        queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
-        after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
-      },
-      limit,
+    const { jobs, scannedTo } = await this.read((db) =>
+      this.store.listPage(
+        db,
+        {
+          status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+          task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+          queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+          after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+        },
+        limit,
+      ),
     );
     return { jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : scannedTo };
   }
@@ -632,18 +641,38 @@ export class Queue {
    */
   async counts(): Promise<Record<JobStatus, number>> {
     this.assertOpen();
-    return (await this.store.counts(this.reader())).counts;
+    return (await this.read((db) => this.store.counts(db))).counts;
   }
 
-  /** The operational snapshot of SPEC §3: counts, lag, dead and stuck jobs. */
+  /**
+   * The operational snapshot of SPEC §3: counts, lag, dead and stuck jobs — and, with a read
+   * replica, how far behind the primary it was (`replicaLagMs`), measured before the counts
+   * are read there, so they are at least that fresh.
+   */
   async ops(): Promise<OpsSnapshot> {
     this.assertOpen();
-    const db = this.reader();
-    const [{ counts, estimated }, extras] = await Promise.all([
-      this.store.counts(db),
-      this.store.opsExtras(db, this.stuckAfterMs),
-    ]);
-    return { ...counts, ...extras, estimated };
+    const replicaLagMs = this.readPool === null ? null : await this.replicaLag();
+    const [{ counts, estimated }, extras] = await this.read((db) =>
+      Promise.all([this.store.counts(db), this.store.opsExtras(db, this.stuckAfterMs)]),
+    );
+    return { ...counts, ...extras, estimated, replicaLagMs };
+  }
+
+  /**
+   * §7 the replica's lag behind the primary's WAL position at this call: the position is read
+   * on the primary first, then the replica says whether it has replayed that far.
+   */
+  private async replicaLag(): Promise<number | null> {
+    const primaryLsn = await this.store.walPosition(this.pool);
+    const { inRecovery, lagMs } = await this.read((db) => this.store.replicaLag(db, primaryLsn));
+    if (!inRecovery && !this.warnedNotReplica) {
+      this.warnedNotReplica = true;
+      this.logger?.warn?.(
+        { schema: this.schema },
+        'skiplock: readConnectionString points at a server that is not a replica (not in recovery); replicaLagMs reports 0 for it',
+      );
+    }
+    return lagMs;
   }
 
   /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
@@ -729,7 +758,7 @@ export class Queue {
   /** Live (pending, running) jobs by queue: cheap, for metrics and dashboards. */
   async liveByQueue(): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
     this.assertOpen();
-    return this.store.liveByQueue(this.reader());
+    return this.read((db) => this.store.liveByQueue(db));
   }
 
   /**
@@ -744,7 +773,7 @@ export class Queue {
     rejectUnknownKeys(opts, ['bucketMs', 'windowMs'], 'options');
     const bucketMs = opts.bucketMs === undefined ? 60_000 : requireInt(opts.bucketMs, 'bucketMs', 1_000);
     const windowMs = opts.windowMs === undefined ? 3_600_000 : requireInt(opts.windowMs, 'windowMs', 1_000);
-    return this.store.finishedPerBucket(this.reader(), bucketMs, windowMs);
+    return this.read((db) => this.store.finishedPerBucket(db, bucketMs, windowMs));
   }
 
   /**
@@ -867,8 +896,17 @@ export class Queue {
     return client;
   }
 
-  private reader(): Executor {
-    return this.readPool ?? this.pool;
+  /**
+   * Runs an observability read on the read replica when there is one — its errors then say
+   * they came from there (§7) — else on the primary.
+   */
+  private async read<T>(fn: (db: Executor) => Promise<T>): Promise<T> {
+    if (this.readPool === null) return fn(this.pool);
+    try {
+      return await fn(this.readPool);
+    } catch (error) {
+      throw fromReadReplica(error);
+    }
   }
 
   private assertOpen(): void {

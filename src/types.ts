@@ -178,6 +178,14 @@ export interface OpsSnapshot {
   deadline1h: number;
   /** Statuses whose count above is an estimate. Empty when every count is exact. */
   estimated: JobStatus[];
+  /**
+   * With a read replica (`readConnectionString`): how far behind the primary it was when
+   * `ops()` began, in ms — 0 when it had replayed everything the primary had written, else the
+   * age of the last transaction it replayed. `null` without a read replica (every figure is
+   * then the primary's), or when the replica cannot tell (behind, and no transaction replayed
+   * since it started).
+   */
+  replicaLagMs: number | null;
 }
 
 /** Backoff settings: delay before retry n is `min(capMs, baseMs·2^(n-1))`, then jittered. */

@@ -23,6 +23,7 @@ export async function withQueue<T>(
     connectionString: requireDatabaseUrl(options),
     schema: options.schema,
     poolSize: 2,
+    readConnectionString: readDatabaseUrl(command),
   });
   try {
     return await fn(queue, options);
@@ -45,6 +46,21 @@ export function requireDatabaseUrl(options: GlobalOptions): string {
       'no database given: pass --database-url postgres://… or set DATABASE_URL',
     );
   return url;
+}
+
+/** Help of `--read-database-url`, shared by the commands that read a replica (ops, dashboard). */
+export const READ_DATABASE_URL_HELP =
+  'streaming replica for the reads (default: $DATABASE_READ_URL; "" for none): counts, job lists and details; writes stay on --database-url';
+
+/**
+ * The read replica (`readConnectionString`) of a command that declares `--read-database-url`
+ * (ops, dashboard): the option, else `$DATABASE_READ_URL`; empty means none. Other commands
+ * always use the primary.
+ */
+export function readDatabaseUrl(command: Command): string | undefined {
+  if (!command.options.some((option) => option.long === '--read-database-url')) return undefined;
+  const url = command.opts<{ readDatabaseUrl?: string }>().readDatabaseUrl ?? process.env.DATABASE_READ_URL;
+  return url || undefined;
 }
 
 /** A second SIGINT this soon after the first is the same Ctrl-C relayed by npm/tsx, not a new one. */

@@ -1,6 +1,11 @@
 import type { Command } from 'commander';
 import { Queue } from '../queue.js';
-import { type GlobalOptions, requireDatabaseUrl } from './context.js';
+import {
+  type GlobalOptions,
+  READ_DATABASE_URL_HELP,
+  readDatabaseUrl,
+  requireDatabaseUrl,
+} from './context.js';
 import { port } from './parse.js';
 
 interface Flags {
@@ -19,6 +24,7 @@ export function registerDashboard(program: Command): void {
       'address to bind (without SKIPLOCK_ADMIN_TOKEN, changes need a loopback bind)',
       '127.0.0.1',
     )
+    .option('--read-database-url <url>', READ_DATABASE_URL_HELP)
     .addHelpText(
       'after',
       `
@@ -28,6 +34,8 @@ the token; give Prometheus its "authorization" scrape setting, type Bearer, with
 Bound to another address without a token, requeue and cancel are refused.
 Bound to loopback, it answers only requests addressed to localhost, 127.0.0.1 or [::1]
 (any other Host header is refused: DNS-rebinding protection).
+With a read replica, the counts, job lists and details come from it and the page shows its lag;
+requeue and cancel are written on the primary.
 
 Examples:
   $ skiplock dashboard
@@ -39,6 +47,7 @@ Examples:
         connectionString: requireDatabaseUrl(options),
         schema: options.schema,
         poolSize: 4,
+        readConnectionString: readDatabaseUrl(command),
       });
       try {
         await queue.ops(); // fail fast: unreachable database or schema not migrated

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import type { OpsSnapshot } from '../types.js';
-import { print, withQueue } from './context.js';
+import { print, READ_DATABASE_URL_HELP, withQueue } from './context.js';
 import { style, table } from './format.js';
 import { duration } from './parse.js';
 
@@ -16,9 +16,18 @@ export function registerOps(program: Command): void {
     .description('the operational snapshot: counts, lag, dead and stuck jobs')
     .option('--watch', 'refresh until Ctrl-C')
     .option('--interval <duration>', 'refresh interval with --watch (default 2s)', duration, 2_000)
+    .option('--read-database-url <url>', READ_DATABASE_URL_HELP)
     .addHelpText(
       'after',
-      '\nExamples:\n  $ skiplock ops\n  $ skiplock ops --watch --interval 5s\n  $ skiplock ops --json',
+      `
+With a read replica the figures come from it, and "replica lag" says how far behind the
+primary it was (replicaLagMs in --json; 0 = it had replayed everything).
+
+Examples:
+  $ skiplock ops
+  $ skiplock ops --watch --interval 5s
+  $ skiplock ops --json
+  $ DATABASE_READ_URL=postgres://replica.internal/app skiplock ops`,
     )
     .action(async (flags: Flags, command: Command) => {
       await withQueue(command, async (queue, options) => {
@@ -44,6 +53,9 @@ export function registerOps(program: Command): void {
     });
 }
 
+/** A replica this far behind shows in red: a local one lags milliseconds (TECH-NOTES). */
+const REPLICA_LAG_ALERT_MS = 1_000;
+
 function render(ops: OpsSnapshot): string {
   const estimated = (status: string) => (ops.estimated.includes(status as never) ? '~' : '');
   const rows = (['pending', 'running', 'done', 'dead', 'cancelled'] as const).map((status) => [
@@ -55,6 +67,9 @@ function render(ops: OpsSnapshot): string {
     ['stuck running', ops.stuckRunning, ops.stuckRunning > 0],
     ['oldest due pending (s)', ops.oldestPendingSec, ops.oldestPendingSec > 60],
     ['deadline exceeded, last hour', ops.deadline1h, ops.deadline1h > 0],
+    ...(ops.replicaLagMs === null
+      ? []
+      : [['replica lag (ms)', ops.replicaLagMs, ops.replicaLagMs >= REPLICA_LAG_ALERT_MS] as const]),
   ] as const;
   const flagged = alerts.map(([name, value, bad]) => [name, bad ? style.red(String(value)) : String(value)]);
   const note = ops.estimated.length ? `\n${style.dim('~ estimated from table statistics')}` : '';

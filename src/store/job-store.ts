@@ -415,6 +415,27 @@ export class JobStore {
     };
   }
 
+  /** The primary's WAL position now (`pg_lsn` as text): step 1 of the replica lag. */
+  async walPosition(db: Executor): Promise<string> {
+    const rows = await this.run<{ lsn: string }>(db, this.sql.walPosition, []);
+    return String(rows[0]?.lsn);
+  }
+
+  /**
+   * Step 2 of the replica lag, on the replica: ms behind the primary's position `primaryLsn`
+   * (0 when replayed up to it; null when it cannot tell), and whether it is a replica at all.
+   */
+  async replicaLag(db: Executor, primaryLsn: string): Promise<{ inRecovery: boolean; lagMs: number | null }> {
+    const rows = await this.run<{ in_recovery: boolean; lag_ms: number | null }>(db, this.sql.replicaLag, [
+      primaryLsn,
+    ]);
+    const lag = rows[0]?.lag_ms;
+    return {
+      inRecovery: rows[0]?.in_recovery === true,
+      lagMs: lag === null || lag === undefined ? null : Math.ceil(Number(lag)), // 0 only when caught up
+    };
+  }
+
   /** Runs one statement, mapping driver errors to Skiplock errors that keep the SQLSTATE. */
   private async run<R = Record<string, unknown>>(
     db: Executor,

@@ -514,5 +514,25 @@ export function buildStatements(s: string) {
            WHERE status = 'pending' AND run_after <= now()))), 0)::float8 AS oldest_pending_sec,
         (SELECT count(*) FROM ${jobs} WHERE last_error LIKE 'JobDeadlineExceeded%'
            AND updated_at > now() - interval '1 hour')::float8 AS deadline1h`,
+
+    /**
+     * §7 replica lag, step 1, on the primary: its WAL position now. Every change committed
+     * before this call lies at or before it. Reads no table.
+     */
+    walPosition: `SELECT pg_current_wal_lsn()::text AS lsn`,
+
+    /**
+     * §7 replica lag, step 2, on the read replica: 0 once it has replayed up to the primary's
+     * position $1 (every change committed before ops() began is visible there), else the age
+     * of the last transaction it replayed — how old its view may be; null when it cannot tell
+     * (behind, and no transaction replayed since it started). A server that is not in recovery
+     * is a primary: nothing to replay, lag 0 (the caller warns). Reads no table.
+     */
+    replicaLag: `
+      SELECT pg_is_in_recovery() AS in_recovery,
+             CASE WHEN NOT pg_is_in_recovery() THEN 0
+                  WHEN pg_last_wal_replay_lsn() >= $1::pg_lsn THEN 0
+                  ELSE greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)
+             END::float8 AS lag_ms`,
   };
 }

@@ -78,6 +78,51 @@ describe('embedded PostgreSQL', () => {
     await again.stop();
   });
 
+  // Issue 8 defect 11: pids are recycled, so the pid in a stale postmaster.pid may name anyone's
+  // process. Before the fix, clearStalePid() sent SIGINT to any live process whose command line
+  // contained "postgres": both tests below failed (the look-alike `sleep` and the other
+  // cluster's server were stopped).
+  test('a stale postmaster.pid naming an unrelated live process: it survives, the server starts', async () => {
+    const dataDir = await tempDir();
+    const server = await startEmbeddedPostgres({ dataDir, fast: true });
+    await server.stop();
+    // `sleep 60` calling itself "postgres": the old check took it for the server.
+    const unrelated = spawn('sleep', ['60'], { argv0: 'postgres', stdio: 'ignore' });
+    try {
+      await new Promise((resolve) => unrelated.once('spawn', resolve));
+      const pid = unrelated.pid as number;
+      await fs.writeFile(path.join(dataDir, 'postmaster.pid'), `${pid}\n${dataDir}\n`);
+      const again = await startEmbeddedPostgres({ dataDir, fast: true });
+      try {
+        expect(again.recovered).toEqual({ kind: 'removed-pid-file', pid });
+        expect(alive(pid)).toBe(true);
+        expect(await query(again.connectionString, 'SELECT 3 AS three')).toEqual([{ three: 3 }]);
+      } finally {
+        await again.stop();
+      }
+      expect(alive(pid)).toBe(true);
+    } finally {
+      unrelated.kill('SIGKILL');
+    }
+  });
+
+  test("a stale postmaster.pid naming another cluster's running server leaves that server alone", async () => {
+    const other = await startEmbeddedPostgres({ fast: true });
+    try {
+      const dataDir = await tempDir();
+      const server = await startEmbeddedPostgres({ dataDir, fast: true });
+      await server.stop();
+      await fs.writeFile(path.join(dataDir, 'postmaster.pid'), `${other.pid}\n${dataDir}\n`);
+      const again = await startEmbeddedPostgres({ dataDir, fast: true });
+      await again.stop();
+      expect(again.recovered).toEqual({ kind: 'removed-pid-file', pid: other.pid });
+      expect(alive(other.pid)).toBe(true);
+      expect(await query(other.connectionString, 'SELECT 4 AS four')).toEqual([{ four: 4 }]);
+    } finally {
+      await other.stop();
+    }
+  });
+
   test('an orphan server left by a SIGKILLed parent is stopped and replaced', async () => {
     const dataDir = await tempDir();
     const child = spawn(process.execPath, ['--import', 'tsx', 'test/embedded/fixtures/orphan.ts'], {
@@ -100,6 +145,7 @@ describe('embedded PostgreSQL', () => {
 
     const server = await startEmbeddedPostgres({ dataDir, fast: true });
     try {
+      expect(server.recovered).toEqual({ kind: 'stopped', pid: orphan.pid });
       expect(alive(orphan.pid)).toBe(false);
       expect(await query(server.connectionString, 'SELECT 2 AS two')).toEqual([{ two: 2 }]);
     } finally {

@@ -37,6 +37,7 @@ describe('observability', () => {
       oldestPendingSec: 0,
       deadline1h: 0,
       estimated: [],
+      replicaLagMs: null,
     });
     await seed(jobs, 'done', 7);
     await seed(jobs, 'dead', 2); // recent

@@ -107,6 +107,10 @@ function renderOps(ops) {
     oldestPendingSec: [seconds(ops.oldestPendingSec), ops.oldestPendingSec > 60],
     deadline1h: [number(ops.deadline1h), ops.deadline1h > 0],
   };
+  // Shown only when the figures come from a read replica (replicaLagMs is null otherwise).
+  const lagShown = typeof ops.replicaLagMs === 'number';
+  document.querySelector('[data-signal="replicaLagMs"]').parentElement.hidden = !lagShown;
+  if (lagShown) signals.replicaLagMs = [`${number(ops.replicaLagMs)} ms`, ops.replicaLagMs >= 1000];
   for (const [key, [text, alert]] of Object.entries(signals)) {
     const dd = document.querySelector(`[data-signal="${key}"]`);
     setText(dd, text);
