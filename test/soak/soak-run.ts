@@ -231,6 +231,13 @@ export class SoakRun {
       node: process.version,
     };
     process.stdout.write(textReport(info, verdict));
+    if (opts.keep && this.runDir) {
+      // Every finding (the table shows 8 per kind) and the fault log, for a closer look.
+      writeFileSync(
+        path.join(this.runDir, 'verdict.json'),
+        JSON.stringify({ info, verdict, faults }, null, 2),
+      );
+    }
     if (opts.report) {
       writeFileSync(opts.report, markdownReport(info, verdict, faults));
       this.log(`report written to ${opts.report}`);
