@@ -1,0 +1,132 @@
+/**
+ * The soak's handler (one task, behaviour chosen by the payload, see workload.ts). It records
+ * every run — start, abort, side effect, ledger insert, end — through a {@link RunRecorder}, so
+ * the verifier can line up the runs of one job across processes and see which one overlapped
+ * which, and whether the late one had been told to stop.
+ */
+import type pg from 'pg';
+import type { ClaimedJob, JobContext, TaskMap } from '../../src/index.js';
+import { abortReasonName, type RecordWriter, type SoakPayload, type WorkerRecord } from './records.js';
+import { TASK } from './workload.js';
+
+/** The duplicate-completion detector: one row per job, written in the transaction that completes it. */
+export const LEDGER_TABLE = 'soak.ledger';
+
+/** Gives each handler run an id and writes its records. */
+export class RunRecorder {
+  private seq = 0;
+
+  constructor(
+    private readonly processName: string,
+    private readonly out: RecordWriter<WorkerRecord>,
+  ) {}
+
+  begin(job: ClaimedJob, kind: string, signal: AbortSignal): Run {
+    const id = `${this.processName}:${job.id}:${job.attempt}:${++this.seq}`;
+    const token = (job as { token?: unknown }).token;
+    this.out.write({
+      type: 'start',
+      t: Date.now(),
+      run: id,
+      job: job.id,
+      attempt: job.attempt,
+      kind,
+      ...(typeof token === 'string' ? { token } : {}),
+    });
+    const onAbort = () =>
+      this.out.write({ type: 'abort', t: Date.now(), run: id, reason: abortReasonName(signal.reason) });
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    return new Run(id, job.id, signal, this.out);
+  }
+}
+
+/** One handler run. */
+export class Run {
+  constructor(
+    readonly id: string,
+    private readonly job: string,
+    private readonly signal: AbortSignal,
+    private readonly out: RecordWriter<WorkerRecord>,
+  ) {}
+
+  note(type: 'effect' | 'ledger' | 'ledger-refused'): void {
+    this.out.write({ type, t: Date.now(), run: this.id, job: this.job });
+  }
+
+  end(outcome: 'returned' | 'threw', error?: unknown): void {
+    this.out.write({
+      type: 'end',
+      t: Date.now(),
+      run: this.id,
+      job: this.job,
+      outcome,
+      aborted: this.signal.aborted,
+      ...(error === undefined
+        ? {}
+        : { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) }),
+    });
+  }
+}
+
+/** Waits `ms`; with a signal, rejects with its reason as soon as it is aborted. */
+export function work(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/** The tasks module of a soak worker. */
+export function soakTasks(recorder: RunRecorder): TaskMap {
+  return {
+    [TASK]: async (payload: SoakPayload, ctx: JobContext<SoakPayload>) => {
+      const run = recorder.begin(ctx.job, payload.kind, ctx.signal);
+      const signal = payload.respectSignal ? ctx.signal : undefined;
+      try {
+        await work(ctx.job.attempt === 1 ? payload.firstMs : payload.ms, signal);
+        if (ctx.job.attempt <= payload.failAttempts) {
+          throw new Error(`soak: planned failure of attempt ${ctx.job.attempt} [run ${run.id}]`);
+        }
+        const result = { run: run.id };
+        if (payload.finish === 'tx') {
+          await ctx.transaction(async (client) => {
+            await insertLedger(client, run, ctx.job);
+            if (payload.holdMs > 0) await work(payload.holdMs, signal);
+            return result;
+          });
+        } else if (payload.finish === 'effect') {
+          run.note('effect');
+        }
+        run.end('returned');
+        return result;
+      } catch (error) {
+        run.end('threw', error);
+        throw error;
+      }
+    },
+  };
+}
+
+async function insertLedger(client: pg.PoolClient, run: Run, job: ClaimedJob): Promise<void> {
+  run.note('ledger');
+  try {
+    await client.query(`INSERT INTO ${LEDGER_TABLE} (job_id, run_id, attempt, pid) VALUES ($1, $2, $3, $4)`, [
+      job.id,
+      run.id,
+      job.attempt,
+      process.pid,
+    ]);
+  } catch (error) {
+    if ((error as { code?: string }).code === '23505') run.note('ledger-refused');
+    throw error;
+  }
+}
