@@ -133,6 +133,12 @@ export class JobDeadlineExceeded extends SkiplockError {
       `JobDeadlineExceeded: the job ran longer than its timeout of ${timeoutMs} ms${detail}`,
     );
     this.timeoutMs = timeoutMs;
+    // The message already starts with the name (SPEC §1.10): say it once, not "Name: Name: …".
+    if (this.stack) this.stack = this.stack.replace(/^[^\n]*/, this.message);
+  }
+
+  override toString(): string {
+    return this.message;
   }
 }
 

@@ -8,11 +8,12 @@ export const MAX_ERROR_LENGTH = 8_000;
 export function errorText(error: unknown, maxLength = MAX_ERROR_LENGTH): string {
   let text: string;
   if (error instanceof Error) {
-    const head = `${error.name}: ${error.message}`;
-    // A stack normally repeats "Name: message" as its first line; keep the head once.
+    // "Name: message", or the message alone when it already starts with the name
+    // (JobDeadlineExceeded, SPEC §1.10).
+    const head = error.message.startsWith(`${error.name}: `) ? error.message : `${error.name}: ${error.message}`;
+    // A stack normally repeats the head as its first line; keep the head once.
     const stack = error.stack ?? '';
     text = stack.startsWith(head) ? stack : stack ? `${head}\n${stack}` : head;
-    if (error.name === 'JobDeadlineExceeded') text = text.replace(/^JobDeadlineExceeded: /, '');
   } else if (typeof error === 'string') {
     text = error;
   } else {

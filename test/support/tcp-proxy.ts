@@ -16,7 +16,11 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.0.1'): Promise<TcpProxy> {
+export async function startTcpProxy(
+  upstreamPort: number,
+  upstreamHost = '127.0.0.1',
+  listenPort = 0,
+): Promise<TcpProxy> {
   const sockets = new Set<net.Socket>();
   let accepted = 0;
   const proxy = {
@@ -39,7 +43,7 @@ export async function startTcpProxy(upstreamPort: number, upstreamHost = '127.0.
     client.on('end', () => upstream.end());
     upstream.on('end', () => client.end());
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(listenPort, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
   return Object.assign(proxy, {
     port,

@@ -23,6 +23,14 @@ import { aborted, gate, nextEvent, startWorker, within } from './helpers.js';
 const db = useTestDatabase();
 
 describe('§1.10 deadlines', () => {
+  test('JobDeadlineExceeded says its name once (issue 8: String() gave "JobDeadlineExceeded: JobDeadlineExceeded: …")', () => {
+    const error = new JobDeadlineExceeded(400);
+    expect(error.message).toBe('JobDeadlineExceeded: the job ran longer than its timeout of 400 ms');
+    expect(String(error)).toBe(error.message);
+    expect(error.stack?.split('\n')[0]).toBe(error.message);
+    expect(error.code).toBe('ERR_JOB_DEADLINE_EXCEEDED');
+  });
+
   test("a job's own timeoutMs aborts its signal with JobDeadlineExceeded; the last attempt goes dead and counts in deadline1h", async () => {
     const queue = db.queue();
     const deadline1hBefore = (await queue.ops()).deadline1h;
