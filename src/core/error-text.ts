@@ -10,7 +10,9 @@ export function errorText(error: unknown, maxLength = MAX_ERROR_LENGTH): string 
   if (error instanceof Error) {
     // "Name: message", or the message alone when it already starts with the name
     // (JobDeadlineExceeded, SPEC §1.10).
-    const head = error.message.startsWith(`${error.name}: `) ? error.message : `${error.name}: ${error.message}`;
+    const head = error.message.startsWith(`${error.name}: `)
+      ? error.message
+      : `${error.name}: ${error.message}`;
     // A stack normally repeats the head as its first line; keep the head once.
     const stack = error.stack ?? '';
     text = stack.startsWith(head) ? stack : stack ? `${head}\n${stack}` : head;
