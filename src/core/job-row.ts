@@ -43,15 +43,21 @@ export function toJob(row: JobRow): Job {
     attempts: Number(row.attempts),
     maxAttempts: Number(row.max_attempts),
     runAfter: toDate(row.run_after),
-    leaseUntil: toDateOrNull(row.lease_until),
-    workerId: row.worker_id,
+    leaseUntil: row.status === 'running' ? toDateOrNull(row.lease_until) : null,
+    // SPEC §2: only while running. (Rows finished before migration 3 may still carry one.)
+    workerId: row.status === 'running' ? row.worker_id : null,
     runStartedAt: toDateOrNull(row.run_started_at),
     timeoutMs: row.timeout_ms === null ? null : Number(row.timeout_ms),
     lastError: row.last_error,
     cancelRequestedAt: toDateOrNull(row.cancel_requested_at),
     createdAt: toDate(row.created_at),
     updatedAt: toDate(row.updated_at),
-    attemptedBy: row.attempted_by ?? [],
+    attemptedBy:
+      row.attempted_by && row.attempted_by.length > 0
+        ? row.attempted_by
+        : row.worker_id
+          ? [row.worker_id]
+          : [],
   };
 }
 

@@ -7,7 +7,9 @@ import type { Migration } from './migration.js';
  * attempt back, not when `requeue()` resets `attempts` — so its value after a claim is a token
  * that no other claim of that job ever gets. `attempted_by` keeps the worker ids of the job's
  * claims (oldest first, the last 25), because `worker_id` is now set only while it runs.
- * Both columns have constant defaults: adding them rewrites nothing (PostgreSQL ≥ 11).
+ * Both columns have constant defaults: adding them rewrites nothing (PostgreSQL ≥ 11), so the
+ * migration is instant on a table of any size. Rows written before it may still carry a
+ * `worker_id` after they stopped running; the API shows it as `attemptedBy` (see job-row.ts).
  */
 export const claimToken: Migration = {
   version: 3,
@@ -15,9 +17,5 @@ export const claimToken: Migration = {
   sql: (s) => `
 ALTER TABLE ${s}.jobs ADD COLUMN claims bigint NOT NULL DEFAULT 0 CHECK (claims >= 0);
 ALTER TABLE ${s}.jobs ADD COLUMN attempted_by text[] NOT NULL DEFAULT '{}';
--- Before this version worker_id stayed on finished and retried jobs: keep it as history.
-UPDATE ${s}.jobs SET attempted_by = ARRAY[worker_id], claims = attempts
-  WHERE worker_id IS NOT NULL;
-UPDATE ${s}.jobs SET worker_id = NULL WHERE worker_id IS NOT NULL AND status <> 'running';
 `,
 };

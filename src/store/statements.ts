@@ -34,8 +34,12 @@ const MAX_BIGINT = '9223372036854775807';
  * through release() and requeue(), which give back or reset `attempts`.
  */
 const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attempts = $3 AND claims = $4::bigint`;
-/** SPEC §2: the worker ids of a job's claims, oldest first, the last 25; $1 is the new one. */
-const APPEND_ATTEMPTED_BY = `(attempted_by || $1::text)[greatest(1, cardinality(attempted_by) - 23):]`;
+/**
+ * SPEC §2: the worker ids of a job's claims, oldest first, the last 25; $1 is the new one. A row
+ * from before migration 3 starts its history with the worker_id it kept.
+ */
+const HISTORY = `(CASE WHEN cardinality(attempted_by) = 0 AND worker_id IS NOT NULL THEN ARRAY[worker_id] ELSE attempted_by END)`;
+const APPEND_ATTEMPTED_BY = `(${HISTORY} || $1::text)[greatest(1, cardinality(${HISTORY}) - 23):]`;
 
 /** The statements of one schema. */
 export type Statements = ReturnType<typeof buildStatements>;

@@ -9,8 +9,9 @@
  */
 import { spawn } from 'node:child_process';
 import { describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { NotMigratedError } from '../../src/errors.js';
-import { LATEST_VERSION } from '../../src/migrations/migrate.js';
+import { LATEST_VERSION, MIGRATIONS } from '../../src/migrations/migrate.js';
 import { useTestDatabase } from '../support/database.js';
 import { jobsTable } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -124,5 +125,50 @@ describe('migrations', () => {
       LATEST_VERSION + 1,
     ]);
     await expect(queue.migrate()).rejects.toMatchObject({ code: 'ERR_MIGRATION' });
+  });
+  test('migration 3 on a populated version-2 schema: instant, old rows read as before, new claims get tokens', async () => {
+    const schema = 'from_v2';
+    const s = quoteIdent(schema);
+    await db.sql(`CREATE SCHEMA ${s}`);
+    await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
+                  applied_at timestamptz NOT NULL DEFAULT now())`);
+    for (const migration of MIGRATIONS.filter((m) => m.version <= 2)) {
+      await db.sql(migration.sql(s));
+      await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+        migration.version,
+        migration.name,
+      ]);
+    }
+    // What version 2 left behind: worker_id kept on a finished job and on a pending retry.
+    const [done] = await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, status, attempts, worker_id, result) VALUES ('v2.done', 'done', 1, 'old-worker', '1')
+       RETURNING id::text AS id`,
+    );
+    const [retry] = await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, status, attempts, worker_id, max_attempts) VALUES ('v2.retry', 'pending', 1, 'old-worker', 3)
+       RETURNING id::text AS id`,
+    );
+    const queue = db.queue({ schema });
+    expect((await queue.migrate()).applied).toEqual(
+      MIGRATIONS.filter((m) => m.version > 2).map((m) => m.version),
+    );
+    expect(await queue.get(done!.id)).toMatchObject({
+      status: 'done',
+      workerId: null,
+      attemptedBy: ['old-worker'],
+    });
+    expect(await queue.get(retry!.id)).toMatchObject({
+      status: 'pending',
+      workerId: null,
+      attemptedBy: ['old-worker'],
+    });
+    const [claimed] = await queue.claim('new-worker', { tasks: ['v2.retry'] });
+    expect(claimed).toMatchObject({ id: retry!.id, attempt: 2, token: '1', workerId: 'new-worker' });
+    expect(await queue.complete(claimed!, 'ok')).toBe(true);
+    expect(await queue.get(retry!.id)).toMatchObject({
+      status: 'done',
+      workerId: null,
+      attemptedBy: ['old-worker', 'new-worker'],
+    });
   });
 });
