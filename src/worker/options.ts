@@ -57,7 +57,8 @@ export interface WorkerOptions {
   /** Lease length (default 120 000 ms); renewed about every third of it. */
   leaseMs?: number;
   /**
-   * Fallback poll interval (default 30 000 ms with LISTEN, 1 000 ms with `listen: false`). With
+   * Fallback poll interval (default 30 000 ms with LISTEN, 1 000 ms with `listen: false`); each
+   * delay is drawn within ±25 % of it, so workers started together do not poll in step. With
    * LISTEN it only guards against lost notifications: wake-up does not wait for it.
    */
   pollIntervalMs?: number;
