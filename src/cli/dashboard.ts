@@ -36,6 +36,7 @@ Examples:
         connectionString: requireDatabaseUrl(options),
         schema: options.schema,
         poolSize: 4,
+        preparedStatements: options.preparedStatements ?? true,
       });
       try {
         await queue.ops(); // fail fast: unreachable database or schema not migrated

@@ -117,6 +117,7 @@ export class Worker extends EventEmitter {
         ...(options.schema === undefined ? {} : { schema: options.schema }),
         leaseMs: this.settings.leaseMs,
         poolSize: Math.min(this.settings.concurrency + 2, 20),
+        preparedStatements: this.settings.preparedStatements ?? true,
         ...(this.settings.logger ? { logger: this.settings.logger } : {}),
       });
       this.ownsQueue = true;
