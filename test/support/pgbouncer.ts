@@ -114,7 +114,11 @@ export async function startPgBouncer(
     log += chunk;
   });
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-  const killOnExit = () => child.kill('SIGKILL'); // never leave one behind a crashed test process
+  // Never leave one (or its folder) behind a test process that exits without stop().
+  const killOnExit = () => {
+    child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
   process.once('exit', killOnExit);
   const stop = async () => {
     process.off('exit', killOnExit);
