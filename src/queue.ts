@@ -85,7 +85,8 @@ export interface QueueOptions {
   batchEnqueue?: boolean | { maxBatch?: number; maxConcurrent?: number };
   /**
    * Run statements on the pool as named prepared statements (default true). Turn off behind a
-   * transaction-pooling proxy (PgBouncer in transaction mode) that does not support them.
+   * transaction-pooling proxy (PgBouncer in transaction mode) that does not support them; left
+   * on there, a call fails with a DatabaseError (42P05/26000) that says so. See docs/pgbouncer.md.
    */
   preparedStatements?: boolean;
   /**

@@ -9,6 +9,8 @@ import { Queue } from '../queue.js';
 export interface GlobalOptions {
   databaseUrl?: string;
   schema: string;
+  /** `--no-prepared-statements`: false; `--prepared-statements`: true; neither: undefined. */
+  preparedStatements?: boolean;
   json?: boolean;
   verbose?: boolean;
 }
@@ -24,6 +26,7 @@ export async function withQueue<T>(
     schema: options.schema,
     poolSize: 2,
     readConnectionString: readDatabaseUrl(command),
+    preparedStatements: options.preparedStatements ?? true,
   });
   try {
     return await fn(queue, options);

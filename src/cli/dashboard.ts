@@ -48,6 +48,7 @@ Examples:
         schema: options.schema,
         poolSize: 4,
         readConnectionString: readDatabaseUrl(command),
+        preparedStatements: options.preparedStatements ?? true,
       });
       try {
         await queue.ops(); // fail fast: unreachable database or schema not migrated

@@ -28,6 +28,12 @@ export function buildProgram(): Command {
     .version(version)
     .option('--database-url <url>', 'PostgreSQL URL (default: $DATABASE_URL)')
     .option('--schema <name>', "schema of Skiplock's tables", 'skiplock')
+    // Both forms, so that "not given" stays undefined: `worker --no-listen` then defaults to off.
+    .option('--prepared-statements', 'keep named prepared statements even with `worker --no-listen`')
+    .option(
+      '--no-prepared-statements',
+      'no named prepared statements: for PgBouncer in transaction mode (`worker --no-listen` implies it)',
+    )
     .option('--json', 'print JSON instead of text for people')
     .option('--verbose', 'print stack traces of errors')
     .addHelpText(
@@ -38,6 +44,10 @@ Examples:
   $ DATABASE_URL=postgres://localhost/app skiplock migrate
   $ skiplock worker --tasks ./tasks.js --concurrency 20
   $ skiplock ops --watch
+
+Behind PgBouncer in transaction mode (see docs/pgbouncer.md):
+  $ skiplock worker --tasks ./tasks.js --no-listen    # polls; no prepared statements
+  $ skiplock ops --no-prepared-statements             # every other command that connects
 
 Run "skiplock <command> --help" for a command's options and examples.`,
     )

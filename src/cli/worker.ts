@@ -37,7 +37,10 @@ export function registerWorker(program: Command): void {
       'fallback poll in ms (default 30000; 1000 with --no-listen)',
       positiveInt,
     )
-    .option('--no-listen', 'poll instead of LISTEN (behind PgBouncer in transaction mode)')
+    .option(
+      '--no-listen',
+      'poll instead of LISTEN (behind PgBouncer in transaction mode); implies --no-prepared-statements',
+    )
     .option('--worker-id <id>', 'owner name in leases (default: host-pid-random)')
     .option(
       '--reap-interval-ms <n>',
@@ -64,6 +67,10 @@ Examples:
   $ skiplock worker --tasks ./tasks.js --concurrency 20
   $ skiplock worker --tasks ./dist/tasks.js --queues emails,reports --lease-ms 60000
   $ npx tsx node_modules/.bin/skiplock worker --tasks ./tasks.ts      # TypeScript tasks through tsx
+  $ skiplock worker --tasks ./tasks.js --no-listen --poll-interval-ms 250  # behind PgBouncer (transaction mode)
+
+--no-listen also turns prepared statements off (they fail behind PgBouncer in transaction
+mode) unless --prepared-statements is given (PgBouncer >= 1.21 with max_prepared_statements).
 
 One line is printed at start and one per failure; --verbose prints every job.
 The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released after
@@ -72,7 +79,13 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
     .action(async (flags: WorkerFlags, command: Command) => {
       const options = command.optsWithGlobals<GlobalOptions & WorkerFlags>();
       const tasks = await loadTasks(flags.tasks);
-      const queue = new Queue({ connectionString: requireDatabaseUrl(options), schema: options.schema });
+      // The Worker's own default: `--no-listen` means PgBouncer, so no prepared statements.
+      const preparedStatements = options.preparedStatements ?? flags.listen;
+      const queue = new Queue({
+        connectionString: requireDatabaseUrl(options),
+        schema: options.schema,
+        preparedStatements,
+      });
       const worker = new Worker({
         queue,
         tasks,
@@ -93,7 +106,7 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
       }
       const names = Object.keys(tasks).join(', ');
       process.stdout.write(
-        `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}\n`,
+        `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}${preparedStatements ? '' : '; no prepared statements'}\n`,
       );
       await untilSignal(worker, flags.stopTimeoutMs);
       await queue.close();

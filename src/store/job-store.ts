@@ -4,7 +4,7 @@ import type { NewJob } from '../core/job-spec.js';
 import { toDatabaseError } from '../db/database-error.js';
 import type { Executor } from '../db/executor.js';
 import { notifyChannel, quoteIdent } from '../db/identifier.js';
-import { DatabaseError, DedupeConflictError } from '../errors.js';
+import { DatabaseError, DedupeConflictError, type SkiplockError } from '../errors.js';
 import type { ClaimedJob, Job, JobStatus, Lease } from '../types.js';
 import { buildStatements, type Statements } from './statements.js';
 
@@ -442,14 +442,15 @@ export class JobStore {
     text: string,
     values: unknown[],
   ): Promise<R[]> {
+    const name = db === this.preparedOn ? this.names.get(text) : undefined;
     try {
-      const name = db === this.preparedOn ? this.names.get(text) : undefined;
       const result = name
         ? await (db as unknown as NamedQuery).query({ name, text, values })
         : await db.query(text, values);
       return result.rows as R[];
     } catch (error) {
-      throw toDatabaseError(error, this.schema);
+      const mapped = toDatabaseError(error, this.schema);
+      throw name ? preparedStatementLost(mapped, error) : mapped;
     }
   }
 }
@@ -461,6 +462,26 @@ function byId<T>(items: readonly T[], id: (item: T) => string): T[] {
     const y = BigInt(id(b));
     return x < y ? -1 : x > y ? 1 : 0;
   });
+}
+
+/**
+ * SQLSTATEs of a named prepared statement that a connection "already" has (42P05) or "does not"
+ * have (26000) although the driver thinks otherwise: the mark of a transaction-pooling proxy
+ * (PgBouncer in transaction mode) handing each transaction another server connection.
+ */
+const PREPARED_LOST = new Set(['42P05', '26000']);
+
+/** A named statement's 42P05/26000 becomes an error that names the proxy and the fix. */
+function preparedStatementLost(mapped: SkiplockError, cause: unknown): SkiplockError {
+  if (!(mapped instanceof DatabaseError) || !PREPARED_LOST.has(mapped.sqlState ?? '')) return mapped;
+  return new DatabaseError(
+    `${mapped.message}. Skiplock's prepared statements do not survive a transaction-pooling proxy: ` +
+      'behind PgBouncer in transaction mode, turn them off (`new Queue({ preparedStatements: false })`, ' +
+      '`new Worker({ listen: false, … })`, or `--no-prepared-statements` on the command line), ' +
+      'or use PgBouncer ≥ 1.21 with `max_prepared_statements` set. See docs/pgbouncer.md',
+    mapped,
+    { cause },
+  );
 }
 
 /** pg's query with a QueryConfig (a named prepared statement). */

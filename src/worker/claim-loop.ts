@@ -7,6 +7,8 @@
 import { performance } from 'node:perf_hooks';
 import type { ClaimedJob } from '../types.js';
 
+/** The fallback poll waits pollIntervalMs ± this fraction, drawn anew each time. */
+const POLL_JITTER = 0.25;
 /** Longest timer Node accepts (~24.8 days). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
@@ -49,7 +51,7 @@ export class ClaimLoop {
   /** Starts polling and runs the first pass; rejects if that pass fails (e.g. not migrated). */
   async start(): Promise<void> {
     this.stopped = false;
-    this.pollTimer = setInterval(() => this.wake(), this.deps.pollIntervalMs);
+    this.schedulePoll();
     this.pass = this.runPass(true).finally(() => {
       this.pass = null;
     });
@@ -136,6 +138,22 @@ export class ClaimLoop {
         await this.armDueTimer();
       }
     } while (this.again && !this.stopped);
+  }
+
+  /**
+   * The fallback poll: each delay drawn anew within ±25 % of pollIntervalMs. Fixed intervals
+   * keep workers started together in step, and the fleet then polls like one worker: with
+   * `listen: false`, 4 Workers started in one process, a 1 s poll and 5 jobs/s behind
+   * PgBouncer had a p50 latency of 480 ms, 155 ms with jitter (docs/pgbouncer.md).
+   */
+  private schedulePoll(): void {
+    const interval = this.deps.pollIntervalMs;
+    const delay = Math.round(interval * (1 - POLL_JITTER + Math.random() * 2 * POLL_JITTER));
+    this.pollTimer = setTimeout(() => {
+      if (this.stopped) return;
+      this.schedulePoll();
+      this.wake();
+    }, delay);
   }
 
   /** Sets the wake-up timer to the earliest future run_after (database time). */

@@ -57,7 +57,8 @@ export interface WorkerOptions {
   /** Lease length (default 120 000 ms); renewed about every third of it. */
   leaseMs?: number;
   /**
-   * Fallback poll interval (default 30 000 ms with LISTEN, 1 000 ms with `listen: false`). With
+   * Fallback poll interval (default 30 000 ms with LISTEN, 1 000 ms with `listen: false`); each
+   * delay is drawn within ±25 % of it, so workers started together do not poll in step. With
    * LISTEN it only guards against lost notifications: wake-up does not wait for it.
    */
   pollIntervalMs?: number;
@@ -69,6 +70,18 @@ export interface WorkerOptions {
   backoff?: BackoffOptions;
   /** LISTEN for wake-ups (default true). `false` for transaction-pooling proxies (PgBouncer): poll instead. */
   listen?: boolean;
+  /**
+   * Run the worker's statements as named prepared statements. Only with `connectionString`: a
+   * `queue` you pass keeps its own setting (giving both is a ValidationError). Default: the
+   * value of `listen` — `listen: false` is how you run behind PgBouncer in transaction mode,
+   * where prepared statements fail (42P05/26000), so it turns them off too unless you set
+   * `preparedStatements: true` (PgBouncer ≥ 1.21 with `max_prepared_statements`). See
+   * docs/pgbouncer.md.
+   *
+   * @example
+   * new Worker({ connectionString, listen: false, tasks }); // behind PgBouncer: polls, no prepared statements
+   */
+  preparedStatements?: boolean;
   /** How often this worker reaps expired leases (default 30 000 ms, ±20 % jitter). */
   reapIntervalMs?: number;
   /** How long a handler may ignore its aborted signal before its slot is freed (default 5 000 ms). */
@@ -92,6 +105,8 @@ export interface WorkerSettings {
   leaseMs: number;
   pollIntervalMs: number;
   listen: boolean;
+  /** For the worker's own Queue; null when the caller passed `queue`. */
+  preparedStatements: boolean | null;
   reapIntervalMs: number;
   abortGraceMs: number;
   backoff: BackoffOptions | null;
@@ -111,6 +126,7 @@ const KEYS = [
   'workerId',
   'backoff',
   'listen',
+  'preparedStatements',
   'reapIntervalMs',
   'abortGraceMs',
   'logger',
@@ -142,6 +158,7 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
           : 1_000
         : requireInt(opts.pollIntervalMs, 'pollIntervalMs', 10),
     listen,
+    preparedStatements: preparedStatements(opts, listen),
     reapIntervalMs:
       opts.reapIntervalMs === undefined ? 30_000 : requireInt(opts.reapIntervalMs, 'reapIntervalMs', 10),
     abortGraceMs: opts.abortGraceMs === undefined ? 5_000 : requireMs(opts.abortGraceMs, 'abortGraceMs'),
@@ -172,6 +189,22 @@ function taskMap(tasks: unknown): WorkerSettings['tasks'] {
   }
   if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task with its handler');
   return map;
+}
+
+/** The worker's own Queue uses prepared statements unless told otherwise or `listen: false`. */
+function preparedStatements(opts: WorkerOptions, listen: boolean): boolean | null {
+  if (opts.queue !== undefined) {
+    if (opts.preparedStatements !== undefined) {
+      throw new ValidationError(
+        'preparedStatements',
+        'set it on the Queue you pass as `queue` (new Queue({ preparedStatements: false })), not on the Worker',
+      );
+    }
+    return null;
+  }
+  return opts.preparedStatements === undefined
+    ? listen
+    : requireBoolean(opts.preparedStatements, 'preparedStatements');
 }
 
 function requireBoolean(value: unknown, field: string): boolean {

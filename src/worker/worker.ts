@@ -124,6 +124,7 @@ export class Worker extends EventEmitter {
         ...(options.schema === undefined ? {} : { schema: options.schema }),
         leaseMs: this.settings.leaseMs,
         poolSize: Math.min(this.settings.concurrency + 2, 20),
+        preparedStatements: this.settings.preparedStatements ?? true,
         ...(this.settings.logger ? { logger: this.settings.logger } : {}),
       });
       this.ownsQueue = true;
@@ -463,7 +464,7 @@ export class Worker extends EventEmitter {
     const timer = setTimeout(() => {
       this.probe = null;
       const message =
-        'The LISTEN connection did not receive a notification this worker sent itself: behind a transaction-pooling proxy (PgBouncer), LISTEN does not work; use `listen: false`. Until then, jobs start on the fallback poll.';
+        'The LISTEN connection did not receive a notification this worker sent itself: behind a transaction-pooling proxy (PgBouncer), LISTEN does not work; use `listen: false` (see docs/pgbouncer.md). Until then, jobs start on the fallback poll.';
       this.settings.logger?.warn?.({ workerId: this.workerId }, message);
       this.emit('warning', { code: 'LISTEN_UNREACHABLE', message });
     }, PROBE_TIMEOUT_MS);
