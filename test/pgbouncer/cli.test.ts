@@ -81,7 +81,7 @@ describeWithPgBouncer('the CLI behind PgBouncer in transaction mode, --no-prepar
       run(['ops', '--json']),
     ]);
     expect(json(got)).toMatchObject({ id, task: 'bouncer.cli', status: 'pending', payload: { a: 1 } });
-    expect(json<{ id: string }[]>(listed).map((job) => job.id)).toEqual([id]);
+    expect(json<{ jobs: { id: string }[] }>(listed).jobs.map((job) => job.id)).toEqual([id]);
     expect(json(ops)).toMatchObject({ pending: 1, dead: 3 });
 
     const [cancelled, requeued, requeuedAll, pruned] = await Promise.all([
