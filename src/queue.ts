@@ -18,6 +18,7 @@ import {
 import { isConnectionError } from './db/database-error.js';
 import { type Executor, inTransaction, isExecutor, type PoolExecutor } from './db/executor.js';
 import { requireSchemaName } from './db/identifier.js';
+import { endClient } from './db/listener.js';
 import { ManagedPool } from './db/managed-pool.js';
 import { fromReadReplica } from './db/replica-error.js';
 import {
@@ -90,10 +91,14 @@ export interface QueueOptions {
    */
   preparedStatements?: boolean;
   /**
-   * Longest wait for any one statement on Skiplock's pools, in ms (default 30 000): past it the
-   * call fails and its connection is discarded, so a silent network (a partition) can never hang
-   * a caller, a worker or `close()`. It also bounds the statements you run on the client of
-   * `queue.transaction` and `ctx.transaction`. Does not apply to a `pool` you pass in.
+   * Longest run of any one statement on Skiplock's pools, in ms (default 30 000). The server
+   * cancels a statement that runs longer (`statement_timeout`: rolled back, so a failed call did
+   * not happen), and the client gives up a second later whatever the network does, discarding
+   * the connection — so a silent network (a partition) can never hang a caller, a worker or
+   * `close()` (then the statement's fate is unknown, as with any lost connection). It also
+   * bounds the statements you run on the client of `queue.transaction` and `ctx.transaction`.
+   * With `preparedStatements: false` (a pooler refuses startup parameters) only the client-side
+   * bound applies. Migrations run without it. Does not apply to a `pool` you pass in.
    */
   statementTimeoutMs?: number;
   /** Longest wait for a new connection, in ms (default 10 000). Does not apply to a `pool` you pass in. */
@@ -171,6 +176,11 @@ export class Queue {
   private readonly clientConfig: pg.ClientConfig;
   /** Timeouts of the pools Skiplock creates (SPEC §3: every statement has a timeout). */
   private readonly timeouts: { statementMs: number; connectMs: number };
+  /**
+   * `preparedStatements: false`: behind a connection pooler (PgBouncer), which also refuses
+   * startup parameters such as `statement_timeout`, so the server-side bound is left out.
+   */
+  private readonly poolerMode: boolean;
   private readonly enqueueBatcher: Batcher<NewJob, EnqueueResult> | null;
   private hinting: Promise<void> | null = null;
   private hintAgain = false;
@@ -196,6 +206,10 @@ export class Queue {
     this.stuckAfterMs =
       opts.stuckAfterMs === undefined ? 600_000 : requireInt(opts.stuckAfterMs, 'stuckAfterMs', 1);
 
+    if (opts.preparedStatements !== undefined && typeof opts.preparedStatements !== 'boolean') {
+      throw new ValidationError('preparedStatements', 'must be true or false');
+    }
+    this.poolerMode = opts.preparedStatements === false;
     this.timeouts = {
       statementMs:
         opts.statementTimeoutMs === undefined
@@ -230,10 +244,7 @@ export class Queue {
       : null;
     if (!this.ownsPool) this.watchPool(opts.pool as pg.Pool);
     this.enqueueBatcher = this.createEnqueueBatcher(opts.batchEnqueue);
-    if (opts.preparedStatements !== undefined && typeof opts.preparedStatements !== 'boolean') {
-      throw new ValidationError('preparedStatements', 'must be true or false');
-    }
-    if (opts.preparedStatements !== false) this.store.prepareOn(this.pool);
+    if (!this.poolerMode) this.store.prepareOn(this.pool);
     internals.set(this, { store: this.store, pool: this.pool });
   }
 
@@ -261,10 +272,31 @@ export class Queue {
     });
   }
 
-  /** Creates or upgrades this queue's schema (safe from many processes at once; SPEC §2). */
+  /**
+   * Creates or upgrades this queue's schema (safe from many processes at once; SPEC §2). On the
+   * pool Skiplock made, migrations run on a connection of their own without the statement
+   * timeout (building an index on a large table may take longer).
+   */
   async migrate(): Promise<MigrateResult> {
     this.assertOpen();
-    return migrate(this.pool, this.schema);
+    if (!this.ownsPool) return migrate(this.pool, this.schema);
+    const client = new pg.Client({ ...this.clientConfig, application_name: 'skiplock-migrate' });
+    client.on('error', () => undefined); // a dead connection fails the statement in flight
+    await client.connect();
+    try {
+      return await migrate(
+        {
+          query: (text, values) => client.query(text, values),
+          connect: async () => ({
+            query: (text, values) => client.query(text, values),
+            release: () => undefined,
+          }),
+        },
+        this.schema,
+      );
+    } finally {
+      await endClient(client);
+    }
   }
 
   /**
@@ -868,9 +900,12 @@ export class Queue {
       connectionString,
       max: poolSize === undefined ? 10 : requireInt(poolSize, 'poolSize', 1, 1000),
       application_name: 'skiplock',
-      // A silent network never hangs a caller: the statement fails and its connection is
-      // destroyed (pg-pool discards a client released with an error).
-      query_timeout: this.timeouts.statementMs,
+      // The server gives up on a statement first (statement_timeout: it is rolled back, so the
+      // caller knows it did not happen); the client gives up a moment later whatever the network
+      // does (query_timeout: a silent network never hangs a caller; the connection is then
+      // destroyed, and the statement's fate is unknown). Behind a pooler only the client bound.
+      ...(this.poolerMode ? {} : { statement_timeout: this.timeouts.statementMs }),
+      query_timeout: this.timeouts.statementMs + Math.max(1_000, Math.round(this.timeouts.statementMs / 10)),
       connectionTimeoutMillis: this.timeouts.connectMs,
       keepAlive: true,
       keepAliveInitialDelayMillis: 10_000,

@@ -15,7 +15,11 @@ export function toDatabaseError(error: unknown, schema: string): SkiplockError {
   if (sqlState !== undefined && MISSING_OBJECT.has(sqlState)) {
     return new NotMigratedError(schema, { cause: error });
   }
-  const message = error instanceof Error ? error.message : String(error);
+  let message = error instanceof Error ? error.message : String(error);
+  if (/unsupported startup parameter/i.test(message)) {
+    message +=
+      ": a connection pooler (PgBouncer) refused the statement_timeout Skiplock sends at connect. Pass `preparedStatements: false` (CLI: --no-prepared-statements), which also leaves it out, or add it to PgBouncer's ignore_startup_parameters";
+  }
   const where = sqlState ? ` (SQLSTATE ${sqlState})` : typeof e.code === 'string' ? ` (${e.code})` : '';
   return new DatabaseError(
     `Database error${where}: ${message}`,

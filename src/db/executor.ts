@@ -46,10 +46,18 @@ export async function withSession<T>(
     broken ??= error instanceof Error ? error : new Error(String(error));
   };
   session.on?.('error', markBroken);
+  // The caller's code gets this client (ctx.transaction, queue.transaction): a `release()` out
+  // of pg habit would hand a connection with an open transaction to other callers.
+  const release = session.release.bind(session);
+  session.release = () => {
+    throw new Error(
+      'Do not release the client of queue.transaction() or ctx.transaction(): Skiplock releases it when your function returns',
+    );
+  };
   try {
     return await fn(session, markBroken);
   } finally {
-    session.release(broken ?? false);
+    release(broken ?? false);
     session.off?.('error', markBroken);
   }
 }

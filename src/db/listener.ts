@@ -67,6 +67,8 @@ export class NotificationListener {
   private everConnected = false;
   private connecting: Promise<void> | null = null;
   private health: NodeJS.Timeout | null = null;
+  /** The client of a connect attempt in progress (stop() cuts it short). */
+  private pending: pg.Client | null = null;
 
   constructor(options: ListenerOptions) {
     this.options = options;
@@ -89,6 +91,9 @@ export class NotificationListener {
     if (this.timer) clearTimeout(this.timer);
     if (this.health) clearInterval(this.health);
     this.timer = this.health = null;
+    (
+      this.pending as unknown as { connection?: { stream?: { destroy(): void } } } | null
+    )?.connection?.stream?.destroy();
     await this.connecting?.catch(() => undefined);
     const client = this.client;
     this.client = null;
@@ -107,8 +112,12 @@ export class NotificationListener {
       ...this.options.clientConfig,
       application_name: 'skiplock-listener',
       keepAlive: true,
-      connectionTimeoutMillis: 10_000,
+      connectionTimeoutMillis: this.options.clientConfig.connectionTimeoutMillis ?? 10_000,
+      // Every statement on it (LISTEN, the health check) is bounded: a silent network never
+      // leaves a connect attempt, start() or stop() waiting forever.
+      query_timeout: this.options.healthTimeoutMs ?? 5_000,
     });
+    this.pending = client;
     // Registered before connect: an error at any moment must not crash the process.
     client.on('error', (error: Error) => this.lost(client, error));
     client.on('end', () => this.lost(client, new Error('the LISTEN connection ended')));
@@ -123,6 +132,8 @@ export class NotificationListener {
       await endClient(client);
       this.scheduleReconnect(error instanceof Error ? error : new Error(String(error)));
       return;
+    } finally {
+      this.pending = null;
     }
     if (this.stopped) {
       await endClient(client);

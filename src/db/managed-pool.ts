@@ -13,6 +13,9 @@
  *    destroyed.
  * Sessions lent by {@link ManagedPool.connect} keep an 'error' listener for as long as they are
  * held (see withSession), so a connection that dies between statements never crashes the process.
+ * At most the pool size minus two are lent at once: transactions (ctx.transaction) that hold
+ * their connections for long can never take the last ones, so the worker's heartbeat, claims and
+ * outcome writes always find a connection.
  */
 import type pg from 'pg';
 import { QueueClosedError } from '../errors.js';
@@ -32,11 +35,18 @@ export class ManagedPool implements PoolExecutor {
   private readonly sessions = new Set<SessionExecutor>();
   private readonly clients = new Set<pg.Client>();
   private closing: Promise<void> | null = null;
+  /** Most sessions lent at once (the pool's size minus a reserve for single statements). */
+  private readonly sessionLimit: number;
+  /** Sessions lent, or being connected for a lender. */
+  private lent = 0;
+  private readonly sessionWaiters: { resolve: () => void; reject: (error: Error) => void }[] = [];
 
   /** `owned`: Skiplock created the pool and ends it on close; otherwise it is left open. */
   constructor(pool: pg.Pool, owned: boolean) {
     this.pool = pool;
     this.owned = owned;
+    const max = (pool as unknown as { options?: { max?: number } }).options?.max ?? 10;
+    this.sessionLimit = max - Math.min(2, max - 1);
     if (owned) {
       pool.on('connect', (client) => this.clients.add(client));
       pool.on('remove', (client) => this.clients.delete(client));
@@ -52,7 +62,19 @@ export class ManagedPool implements PoolExecutor {
   /** Lends a session; it counts as held until released. */
   async connect(): Promise<SessionExecutor> {
     this.assertOpen();
-    const client = (await this.track(this.pool.connect())) as pg.PoolClient & SessionExecutor;
+    if (this.lent >= this.sessionLimit) {
+      // Wait for a session to come back: its slot is handed over (lent stays the same).
+      await new Promise<void>((resolve, reject) => this.sessionWaiters.push({ resolve, reject }));
+    } else {
+      this.lent++;
+    }
+    let client: pg.PoolClient & SessionExecutor;
+    try {
+      client = (await this.track(this.pool.connect())) as pg.PoolClient & SessionExecutor;
+    } catch (error) {
+      this.returned();
+      throw error;
+    }
     const release = client.release.bind(client);
     this.sessions.add(client);
     let released = false;
@@ -61,8 +83,16 @@ export class ManagedPool implements PoolExecutor {
       released = true;
       this.sessions.delete(client);
       release(error);
+      this.returned();
     };
     return client;
+  }
+
+  /** A session came back: the next lender waiting, if any, may go. */
+  private returned(): void {
+    const next = this.sessionWaiters.shift();
+    if (next) next.resolve();
+    else this.lent--;
   }
 
   /**
@@ -75,6 +105,7 @@ export class ManagedPool implements PoolExecutor {
   }
 
   private async shutdown(sessionGraceMs: number): Promise<void> {
+    for (const waiter of this.sessionWaiters.splice(0)) waiter.reject(new QueueClosedError());
     // Every statement has its own timeout (query_timeout, connectionTimeoutMillis): bounded.
     await Promise.all([...this.inFlight].map((p) => p.catch(() => undefined)));
     await this.sessionsReleased(sessionGraceMs);

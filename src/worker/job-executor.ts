@@ -16,9 +16,10 @@ import type pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
-import { isDriverError, withSession } from '../db/executor.js';
+import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
 import { DatabaseError, LeaseLostError, WorkerStoppingError } from '../errors.js';
 import { type Queue, queueInternals } from '../queue.js';
+import type { JobStore } from '../store/job-store.js';
 import type { BackoffOptions, ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
@@ -46,11 +47,12 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
       reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
       graceMs: run.graceMsSetting,
     });
-    // A runaway may still commit its ctx.transaction: wait for that to settle before the slot
-    // is freed, so its outcome is known (a lease check refuses it after a stop or a loss).
-    if (run.transaction === 'open' || run.transaction === 'committing') await settled;
+    // A runaway may still commit its ctx.transaction: wait for it to end before the slot is
+    // freed, so its outcome is known (a lease check refuses it after a stop or a loss, and a
+    // lost lease cuts its connection, so this wait is bounded by the lease).
+    if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
   }
-  await writeOutcome(run, outcome, deps);
+  await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 
 function callHandler(run: JobRun, handler: Handler, queue: Queue): Promise<HandlerOutcome> {
@@ -95,41 +97,88 @@ async function completeInTransaction<T>(
   assertOwned(run);
   const { pool, store } = queueInternals(queue);
   const value = await withSession(pool, async (session, markBroken) => {
-    await statement(session, 'BEGIN', markBroken);
-    let result: T;
+    // The row lock is what makes the job ours while the transaction is open: if the session
+    // dies then, the lock is gone and the job may be reaped at once — the lease ends now.
+    const onSessionError = () => {
+      if (run.transaction !== 'open') return;
+      run.setTransaction('none');
+      run.expireNow();
+    };
+    session.on?.('error', onSessionError);
     try {
-      if (!(await store.lockLease(session, run.job))) throw new LeaseLostError(run.job.id);
-      run.transaction = 'open';
-      result = await fn(session as unknown as pg.PoolClient);
-      assertOwned(run); // deadline, cancel, lost or stop while fn ran: roll back
-      const resultJson = toJsonText(result, 'result');
-      if (!(await store.complete(session, run.job, resultJson))) throw new LeaseLostError(run.job.id);
-      assertOwned(run);
-    } catch (error) {
-      run.transaction = 'none';
+      await statement(session, 'BEGIN', markBroken);
+      let result: T;
       try {
-        await session.query('ROLLBACK');
-      } catch (rollbackError) {
-        markBroken(rollbackError);
+        if (!(await store.lockLease(session, run.job))) throw new LeaseLostError(run.job.id);
+        run.setTransaction('open', () => {
+          markBroken(new LeaseLostError(run.job.id));
+          destroySocket(session);
+        });
+        result = await fn(session as unknown as pg.PoolClient);
+        assertOwned(run); // deadline, cancel, lost or stop while fn ran: roll back
+        const resultJson = toJsonText(result, 'result');
+        if (!(await store.complete(session, run.job, resultJson))) throw new LeaseLostError(run.job.id);
+        assertOwned(run);
+      } catch (error) {
+        await rollBack(run, session, store, markBroken);
+        throw error;
       }
-      throw error;
-    }
-    run.transaction = 'committing';
-    const commit = statement(session, 'COMMIT', markBroken);
-    run.inFlight = commit;
-    try {
-      await commit;
-    } catch (error) {
-      run.transaction = 'none';
-      throw error;
+      run.setTransaction('committing');
+      const commit = statement(session, 'COMMIT', markBroken);
+      run.inFlight = commit;
+      try {
+        await commit;
+      } catch (error) {
+        run.setTransaction('none'); // a lease deadline that passed meanwhile is acted on now
+        throw error;
+      } finally {
+        run.inFlight = null;
+      }
+      run.committed = { value: result };
+      run.setTransaction('committed');
+      return result;
     } finally {
-      run.inFlight = null;
+      session.off?.('error', onSessionError);
     }
-    run.transaction = 'committed';
-    return result;
   });
   run.committed = { value };
   return value;
+}
+
+/**
+ * Rolls ctx.transaction back. While its row was locked the heartbeat could not move
+ * lease_until: the lease is renewed now, on this session, before the handler goes on — or found
+ * gone (then the run is aborted as lost). A session that cannot even roll back is dead, and the
+ * lock with it: the lease is unproven and ends.
+ */
+async function rollBack(
+  run: JobRun,
+  session: SessionExecutor,
+  store: JobStore,
+  markBroken: (error: unknown) => void,
+): Promise<void> {
+  const wasOpen = run.transaction === 'open';
+  run.setTransaction('none');
+  try {
+    await session.query('ROLLBACK');
+  } catch (rollbackError) {
+    markBroken(rollbackError);
+    if (wasOpen) run.expireNow();
+    return;
+  }
+  if (!wasOpen || run.leaseExpired) return;
+  const sentAt = performance.now();
+  try {
+    if (await store.renewLease(session, run.job, run.leaseMs)) run.armLease(sentAt);
+    else run.expireNow();
+  } catch (error) {
+    if (isDriverError(error)) markBroken(error);
+    run.expireNow();
+  }
+}
+
+function destroySocket(session: unknown): void {
+  (session as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
 
 async function statement(

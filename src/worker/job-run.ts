@@ -72,9 +72,17 @@ export class JobRun {
   inFlight: Promise<unknown> | null = null;
   /** performance.now() after which the lease may be gone: claim or last renewal sent + leaseMs − margin. */
   leaseDeadline: number;
+  /**
+   * The same deadline on the wall clock (Date.now()). The monotonic clock stops while the
+   * machine is suspended; the database's clock does not. The lease is gone when either passes.
+   */
+  private leaseDeadlineWall = 0;
+  /** Set while ctx.transaction holds a session: cuts it when the lease is lost. */
+  private cutTransaction: (() => void) | null = null;
+  private transactionEnded: { promise: Promise<void>; resolve: () => void } | null = null;
   /** True once the local lease deadline passed. */
   leaseExpired = false;
-  private readonly leaseMs: number;
+  readonly leaseMs: number;
   private readonly graceMs: number;
   private readonly onLeaseExpired: (run: JobRun) => void;
   private deadlineTimer: NodeJS.Timeout | null = null;
@@ -121,6 +129,7 @@ export class JobRun {
     if (this.leaseExpired || this.phase === 'finished') return;
     const deadline = sentAt + this.leaseMs - leaseMargin(this.leaseMs);
     if (deadline <= this.leaseDeadline) return;
+    this.leaseDeadlineWall = Date.now() + (deadline - performance.now());
     this.leaseDeadline = deadline;
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
     this.leaseTimer = setTimeout(() => this.checkLease(), Math.max(0, deadline - performance.now()));
@@ -132,12 +141,52 @@ export class JobRun {
    */
   checkLease(now = performance.now()): boolean {
     if (this.leaseExpired) return true;
-    if (now < this.leaseDeadline || this.phase === 'finished') return false;
+    if ((now < this.leaseDeadline && Date.now() < this.leaseDeadlineWall) || this.phase === 'finished')
+      return false;
     this.leaseExpired = true;
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
     this.leaseTimer = null;
     this.onLeaseExpired(this);
     return true;
+  }
+
+  /**
+   * ctx.transaction's state. While it is open the job's row is locked under the lease; a lost
+   * lease then also cuts its connection (`cut`), so the lock never outlives the lease.
+   */
+  setTransaction(state: TransactionState, cut?: () => void): void {
+    this.transaction = state;
+    if (state === 'open') {
+      this.cutTransaction = cut ?? null;
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => {
+        resolve = r;
+      });
+      this.transactionEnded ??= { promise, resolve };
+    } else if (state === 'none' || state === 'committed') {
+      this.cutTransaction = null;
+      this.transactionEnded?.resolve();
+      this.transactionEnded = null;
+      // A deadline that passed while COMMIT was in flight was put off: act on it now.
+      if (state === 'none' && this.leaseExpired) this.onLeaseExpired(this);
+    }
+  }
+
+  /** Resolves once ctx.transaction is neither open nor committing. */
+  async transactionSettled(): Promise<void> {
+    await this.transactionEnded?.promise;
+  }
+
+  /** The lease is lost: an open ctx.transaction's connection is cut (its lock must not outlive the lease). */
+  cutOpenTransaction(): void {
+    if (this.transaction === 'open') this.cutTransaction?.();
+  }
+
+  /** The lease can no longer be proven (the session holding its row lock died): it ends now. */
+  expireNow(): void {
+    this.leaseDeadline = 0;
+    this.leaseDeadlineWall = 0;
+    this.checkLease();
   }
 
   /** How long the database may still consider the lease held, in ms (≥ 0). */

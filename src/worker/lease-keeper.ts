@@ -4,13 +4,13 @@
  *   - renewed: the run's local lease deadline moves to (this beat's send time + leaseMs − margin);
  *   - busy: the row is locked by another transaction, so it was skipped rather than waited for —
  *     still ours, tried again next beat; when the lock is the job's own open ctx.transaction, no
- *     one else can take the job while it is held, so the local deadline moves on as if renewed;
+ *     one else can take the job while it is held, so the local deadline moves on (see below);
  *   - lost: its handler's signal is aborted and its outcome is never written.
  * The same statement reports cancellation requests, so a lost NOTIFY cannot hide a cancel.
  *
  * Between beats the lease clock checks every run's local deadline a few times a second. Each run
  * also has a timer of its own at its deadline; the clock is what makes a process that was paused
- * (SIGSTOP, a long GC, a suspended VM) abort its handlers first thing after it resumes: Node runs
+ * (SIGSTOP, a long GC, a suspended machine) abort its handlers first thing after it resumes: Node runs
  * expired timers in due order, and the clock's next tick is due before almost any timer a
  * handler set.
  */
@@ -88,8 +88,10 @@ export class LeaseKeeper {
         run.armLease(sentAt);
         if (answer.cancelRequested) this.deps.onCancelRequested(run);
       } else if (answer?.state === 'busy' && run.transaction === 'open') {
-        // Locked by the job's own ctx.transaction (FOR NO KEY UPDATE under the lease): nobody can
-        // reap or complete it while that lock is held, so the job is still ours.
+        // Still ours, and locked by the job's own ctx.transaction (FOR NO KEY UPDATE under the
+        // lease): nobody can reap or complete it while that lock is held, so the job stays ours
+        // though lease_until did not move. The transaction re-syncs the lease when it rolls
+        // back, and a session that dies while it is open ends the lease at once.
         run.armLease(sentAt);
       } else if (answer?.state === 'lost' && run.phase === 'running' && run.transaction === 'none') {
         // Writing-phase runs settle ownership through their own compare-and-set; a run whose

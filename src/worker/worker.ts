@@ -435,9 +435,11 @@ export class Worker extends EventEmitter {
    * the database may hand the job to another worker any moment, so the handler is aborted now.
    */
   private leaseExpired(run: JobRun): void {
-    if (run.phase !== 'running' || run.runaway) return;
-    // A COMMIT in flight decides by itself whether the completion happened under the lease.
+    // A COMMIT in flight decides by itself whether the completion happened under the lease; if
+    // it fails, the run calls this again.
     if (run.transaction === 'committing' || run.transaction === 'committed') return;
+    run.cutOpenTransaction();
+    if (run.phase !== 'running' || run.runaway) return;
     this.leaseLost(run);
   }
 

@@ -11,6 +11,11 @@ export interface TcpProxy {
   /** A connection string like `url` but through the proxy. */
   url(target: string): string;
   mode: 'pass' | 'drop';
+  /**
+   * When set, a connection whose client sends a chunk matching it goes silent for good (a
+   * partition that begins in the middle of a conversation, e.g. right after LISTEN is sent).
+   */
+  silenceWhen: RegExp | null;
   /** Connections accepted so far. */
   readonly accepted: number;
   close(): Promise<void>;
@@ -25,6 +30,7 @@ export async function startTcpProxy(
   let accepted = 0;
   const proxy = {
     mode: 'pass' as 'pass' | 'drop',
+    silenceWhen: null as RegExp | null,
   };
   const server = net.createServer((client) => {
     accepted++;
@@ -34,11 +40,13 @@ export async function startTcpProxy(
       socket.on('error', () => undefined);
       socket.on('close', () => sockets.delete(socket));
     }
-    client.on('data', (chunk) => {
-      if (proxy.mode === 'pass') upstream.write(chunk);
+    let silenced = false;
+    client.on('data', (chunk: Buffer) => {
+      if (proxy.silenceWhen?.test(chunk.toString('latin1'))) silenced = true;
+      if (proxy.mode === 'pass' && !silenced) upstream.write(chunk);
     });
     upstream.on('data', (chunk) => {
-      if (proxy.mode === 'pass') client.write(chunk);
+      if (proxy.mode === 'pass' && !silenced) client.write(chunk);
     });
     client.on('end', () => upstream.end());
     upstream.on('end', () => client.end());

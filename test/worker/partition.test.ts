@@ -155,4 +155,34 @@ describe('a silent network or a paused process never lets two handlers own one j
       await killChildren([child]);
     }
   });
+
+  test('a LISTEN that is never answered (silent right after it was sent) hangs neither start() nor stop()', async () => {
+    // Review finding: LISTEN was sent without a timeout; a network gone silent at that moment
+    // left start() and stop() waiting forever. Before the fix neither resolved within 20 s.
+    const remote = new Queue({
+      connectionString: proxy.url(db.url),
+      schema: TEST_SCHEMA,
+      statementTimeoutMs: 1_000,
+      connectTimeoutMs: 1_000,
+    });
+    proxy.silenceWhen = /LISTEN/;
+    try {
+      const worker = db.worker({
+        queue: remote,
+        tasks: { 'partition.listen': () => 'ok' },
+        pollIntervalMs: 200,
+      });
+      const errors: string[] = [];
+      worker.on('error', ({ during }) => errors.push(during));
+      await within(worker.start(), 20_000, 'start() with LISTEN unanswered');
+      const done = nextEvent(worker, 'job:done', () => true, 10_000);
+      await db.queue().enqueue('partition.listen', {});
+      expect((await done).result).toBe('ok'); // the fallback poll still runs jobs
+      await within(worker.stop({ timeoutMs: 500 }), 10_000, 'stop() with LISTEN unanswered');
+      await within(remote.close(), 10_000, 'close()');
+      expect(errors.some((e) => /listening/.test(e))).toBe(true);
+    } finally {
+      proxy.silenceWhen = null;
+    }
+  });
 });

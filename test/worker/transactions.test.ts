@@ -285,46 +285,182 @@ describe('ctx.transaction: the handler’s writes and the completion commit toge
     await worker.stop({ timeoutMs: 100 });
   });
 
-  test('while ctx.transaction is open its job cannot be reaped, even past its lease; it then commits', async () => {
+  test('while ctx.transaction holds the row, the reaper cannot take the job even with its lease past; it then commits', async () => {
     const queue = db.queue();
+    const expired = gate();
     const inside = gate<string>();
     const proceed = gate();
     const worker = await startWorker(db, {
       tasks: {
-        'tx.long': async (_payload: unknown, ctx: JobContext) =>
-          ctx.transaction(async (client) => {
+        'tx.locked': async (_payload: unknown, ctx: JobContext) => {
+          await expired.promise;
+          return ctx.transaction(async (client) => {
             await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
               ctx.job.id,
               ctx.job.attempt,
-              'long',
+              'locked',
             ]);
             inside.open(ctx.job.id);
             await proceed.promise;
-            return 'long done';
-          }),
+            return 'locked done';
+          });
+        },
       },
-      leaseMs: 400, // renewed every ~133 ms: "busy" while the transaction holds the row
+      leaseMs: 60_000, // the worker's own lease deadline is far away
       reapIntervalMs: 3_600_000,
     });
-    const events = recordEvents(worker);
-    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.long');
-    const { id } = await queue.enqueue('tx.long', {}, { maxAttempts: 1 });
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.locked');
+    const started = nextEvent(worker, 'job:start', (e) => e.job.task === 'tx.locked');
+    const { id } = await queue.enqueue('tx.locked', {}, { maxAttempts: 1 });
+    await started;
+    await db.expireLease(id); // in the database the lease has run out…
+    expired.open();
     try {
       await within(inside.promise, 5_000, 'the transaction is open');
-      await sleep(1_000); // more than twice the lease
-      const [row] = await db.sql<{ expired: boolean }>(
-        `SELECT lease_until < now() AS expired FROM ${db.jobs} WHERE id = $1`,
-        [id],
-      );
-      expect(row?.expired).toBe(true); // its lease in the database has run out…
       expect(await queue.reap()).not.toContain(id); // …but the row is locked under it: SKIP LOCKED
+      expect((await queue.get(id))?.status).toBe('running');
     } finally {
       proceed.open();
     }
     await done;
-    expect(await queue.get(id)).toMatchObject({ status: 'done', result: 'long done' });
-    expect(await effects(id)).toEqual([{ attempt: 1, note: 'long' }]);
+    expect(await queue.get(id)).toMatchObject({ status: 'done', result: 'locked done' });
+    expect(await effects(id)).toEqual([{ attempt: 1, note: 'locked' }]);
+    await worker.stop();
+  });
+
+  test('a ctx.transaction that outlasts the lease keeps its job (the row lock) and commits', async () => {
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.outlast': async (_payload: unknown, ctx: JobContext) =>
+          ctx.transaction(async (client) => {
+            await client.query('INSERT INTO public.tx_effects VALUES ($1, $2, $3)', [
+              ctx.job.id,
+              ctx.job.attempt,
+              'outlast',
+            ]);
+            await sleep(1_500); // async work, 2.5 leases long
+            return 'committed late';
+          }),
+      },
+      leaseMs: 600,
+      reapIntervalMs: 100, // a reaper that tries all the time
+    });
+    const events = recordEvents(worker);
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.outlast', 10_000);
+    const { id } = await queue.enqueue('tx.outlast', {}, { maxAttempts: 2 });
+    expect((await done).result).toBe('committed late');
     expect(events.map((e) => e.name)).not.toContain('lease:lost');
+    expect(await effects(id)).toEqual([{ attempt: 1, note: 'outlast' }]);
+    expect(await queue.get(id)).toMatchObject({ status: 'done', attempts: 1 });
+    await worker.stop();
+  });
+
+  test('a ctx.transaction that rolls back after outlasting the lease renews it before the handler goes on', async () => {
+    // Review finding: while the transaction held the row the heartbeat could not move
+    // lease_until; after a rollback the handler carried on unaborted with the lease long expired
+    // in the database, and the reaper handed the job to another worker. Before the fix this test
+    // found lease_until in the past when the handler resumed.
+    const queue = db.queue();
+    const after: { aborted?: boolean; leaseAhead?: boolean; error?: unknown } = {};
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.outlast-rollback': async (_payload: unknown, ctx: JobContext) => {
+          try {
+            await ctx.transaction(async (client) => {
+              await client.query('SELECT 1');
+              await sleep(1_500);
+              throw new Error('changed my mind');
+            });
+          } catch (error) {
+            after.error = error;
+          }
+          after.aborted = ctx.signal.aborted;
+          const [row] = await db.sql<{ ahead: boolean }>(
+            `SELECT lease_until > now() AS ahead FROM ${db.jobs} WHERE id = $1`,
+            [ctx.job.id],
+          );
+          after.leaseAhead = row?.ahead;
+          return 'carried on';
+        },
+      },
+      leaseMs: 600,
+      reapIntervalMs: 3_600_000,
+    });
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.outlast-rollback', 10_000);
+    const { id } = await queue.enqueue('tx.outlast-rollback', {}, { maxAttempts: 2 });
+    await done;
+    expect(String((after.error as Error).message)).toBe('changed my mind');
+    expect(after).toMatchObject({ aborted: false, leaseAhead: true });
+    expect(await queue.get(id)).toMatchObject({ status: 'done', result: 'carried on', attempts: 1 });
+    await worker.stop();
+  });
+
+  test('a COMMIT that fails after the lease deadline passed aborts the handler', async () => {
+    // Review finding: a deadline that passed while COMMIT was in flight was latched and, when
+    // the COMMIT then failed, never acted on: the handler ran on unaborted. A deferred trigger
+    // makes the COMMIT slow (past the 600 ms lease), then fail.
+    await db.sql(`CREATE TABLE public.tx_slow_commit (job_id bigint)`);
+    await db.sql(`CREATE FUNCTION public.tx_slow_fail() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN PERFORM pg_sleep(1.2); RAISE EXCEPTION 'refused at commit'; END $$`);
+    await db.sql(`CREATE CONSTRAINT TRIGGER tx_slow_fail AFTER INSERT ON public.tx_slow_commit
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.tx_slow_fail()`);
+    const queue = db.queue();
+    const after: { aborted?: boolean; reason?: unknown } = {};
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.slow-commit': async (_payload: unknown, ctx: JobContext) => {
+          try {
+            await ctx.transaction(async (client) => {
+              await client.query('INSERT INTO public.tx_slow_commit VALUES ($1)', [ctx.job.id]);
+              return 'never';
+            });
+          } catch {
+            // a handler that swallows the failed commit and goes on
+          }
+          await sleep(50);
+          after.aborted = ctx.signal.aborted;
+          after.reason = ctx.signal.reason;
+          return 'carried on';
+        },
+      },
+      leaseMs: 600,
+      reapIntervalMs: 3_600_000,
+    });
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.slow-commit', 10_000);
+    const { id } = await queue.enqueue('tx.slow-commit', {}, { maxAttempts: 2 });
+    await lost;
+    await expect.poll(() => after.aborted, { timeout: 5_000 }).toBe(true);
+    expect(after.reason).toBeInstanceOf(LeaseLostError);
+    expect((await queue.get(id))?.result).toBeNull();
+    await worker.stop({ timeoutMs: 100 });
+  });
+
+  test('releasing the client of ctx.transaction is refused with a clear error; the pool stays sound', async () => {
+    // Review finding: `client.release()` inside the function (a pg habit) handed a connection
+    // with an open transaction back to the pool, and Skiplock's own release then crashed the
+    // process ("Release called on client which has already been released to the pool").
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.release': async (_payload: unknown, ctx: JobContext) => {
+          if (ctx.job.attempt === 1) {
+            return ctx.transaction(async (client) => {
+              client.release();
+              return 'unreachable';
+            });
+          }
+          return ctx.transaction(async (client) => (await client.query('SELECT 7 AS n')).rows[0].n);
+        },
+      },
+      backoff: { baseMs: 10, capMs: 10 },
+    });
+    const retried = nextEvent(worker, 'job:retry', (e) => e.job.task === 'tx.release');
+    const done = nextEvent(worker, 'job:done', (e) => e.job.task === 'tx.release');
+    await queue.enqueue('tx.release', {}, { maxAttempts: 2 });
+    expect(String(((await retried).error as Error).message)).toMatch(/Do not release the client/);
+    expect((await done).result).toBe(7);
+    expect(await Promise.all(Array.from({ length: 12 }, () => queue.counts()))).toHaveLength(12);
     await worker.stop();
   });
 
