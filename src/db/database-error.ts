@@ -34,6 +34,14 @@ export function toDatabaseError(error: unknown, schema: string): SkiplockError {
 }
 
 /**
+ * A connection refused for a reason no retry fixes: a pooler that rejects a startup parameter
+ * (its message then says what to change).
+ */
+export function isMisconfiguration(error: unknown): boolean {
+  return error instanceof Error && /unsupported startup parameter/i.test(error.message);
+}
+
+/**
  * Errors that mean "the database is away", worth retrying: a driver error without SQLSTATE
  * (connection refused or reset), or SQLSTATE classes 08 (connection), 57P (shutdown) and 53
  * (insufficient resources).

@@ -14,6 +14,7 @@
 import { EventEmitter } from 'node:events';
 import { Batcher } from '../core/batcher.js';
 import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
+import { isMisconfiguration } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
@@ -49,7 +50,7 @@ const STOP_WRITE_ALLOWANCE_MS = 2_000;
 
 /** Errors a retry can fix: the database away, restarting, or read-only during a failover. */
 function isTransient(error: unknown): boolean {
-  if (!(error instanceof DatabaseError)) return false;
+  if (!(error instanceof DatabaseError) || isMisconfiguration(error)) return false;
   return error.sqlState === undefined || /^(08|57P|53|25006)/.test(error.sqlState);
 }
 

@@ -189,7 +189,10 @@ describeWithPgBouncer('the library behind PgBouncer in transaction mode', () => 
   test('listen: false with preparedStatements: true: the worker reports the clear error', async () => {
     // One server connection behind this PgBouncer: the second client to prepare a statement
     // finds the first one's there (42P05), every time, not just under load.
-    const single = await startPgBouncer(inject('adminUrl'), { defaultPoolSize: 1 });
+    const single = await startPgBouncer(inject('adminUrl'), {
+      defaultPoolSize: 1,
+      ignoreStartupParameters: 'statement_timeout', // set up for prepared statements (see workers.test.ts)
+    });
     onTestFinished(() => single.stop());
     const pair = [0, 1].map(() =>
       worker({ listen: false, preparedStatements: true, concurrency: 5, tasks }, single.url(db.url)),

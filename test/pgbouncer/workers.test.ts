@@ -130,7 +130,12 @@ describeWithPgBouncer('CLI workers behind PgBouncer in transaction mode', () => 
     await db.sql(`TRUNCATE ${db.jobs}`);
     // One server connection behind this PgBouncer: the second worker to prepare a statement
     // finds the first one's there (42P05), every time, not just under load.
-    const single = await startPgBouncer(inject('adminUrl'), { defaultPoolSize: 1 });
+    // (It ignores the statement_timeout Skiplock sends at connect when prepared statements are
+    // on, as a PgBouncer ≥ 1.21 set up for them would; the next test covers a stock one.)
+    const single = await startPgBouncer(inject('adminUrl'), {
+      defaultPoolSize: 1,
+      ignoreStartupParameters: 'statement_timeout',
+    });
     onTestFinished(() => single.stop());
     const workers = Array.from({ length: 2 }, () =>
       startWorker(['--no-listen', '--prepared-statements'], single),
@@ -154,5 +159,20 @@ describeWithPgBouncer('CLI workers behind PgBouncer in transaction mode', () => 
     await killChildren(workers.map((w) => w.child));
     const stderr = workers.map((w) => w.stderr()).join('');
     expect(stderr).not.toContain('unknown option');
+  });
+
+  test('`worker --prepared-statements` through a stock PgBouncer: it exits at once, naming the fix', async () => {
+    // With prepared statements on, a Queue assumes a direct connection and sends statement_timeout
+    // at connect; a stock PgBouncer refuses it. No retry can fix that: the worker must not wait
+    // for the database forever but say what to change.
+    const worker = startWorker(['--no-listen', '--prepared-statements']);
+    const exit = await Promise.race([
+      worker.exited,
+      sleep(30_000).then(() => ({ code: null, signal: null as NodeJS.Signals | null })),
+    ]);
+    expect(exit.code, worker.stderr()).toBe(1);
+    expect(worker.stderr()).toMatch(
+      /unsupported startup parameter.*preparedStatements: false.*ignore_startup_parameters/,
+    );
   });
 });

@@ -27,6 +27,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   }
   const templateDatabase = `skiplock_template_${process.pid}`;
   const admin = new pg.Client({ connectionString: adminUrl });
+  admin.on('error', () => undefined);
   await admin.connect();
   try {
     await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase} WITH (FORCE)`);
@@ -47,6 +48,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
   return async () => {
     const client = new pg.Client({ connectionString: adminUrl });
+    client.on('error', () => undefined);
     await client.connect();
     await client.query(`DROP DATABASE IF EXISTS ${templateDatabase} WITH (FORCE)`);
     await client.end();
@@ -56,6 +58,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
 async function serverVersion(url: string): Promise<{ version: string }> {
   const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined);
   await client.connect();
   const { rows } = await client.query<{ server_version: string }>('SHOW server_version');
   await client.end();

@@ -17,6 +17,7 @@ export interface Listener {
 export async function listen(url: string, schema: string = TEST_SCHEMA): Promise<Listener> {
   const channel = notifyChannel(schema);
   const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined);
   await client.connect();
   await client.query(`LISTEN ${quoteIdent(channel)}`);
   const payloads: string[] = [];

@@ -26,6 +26,8 @@ export interface PgBouncerSettings {
   defaultPoolSize?: number;
   /** Most client connections (`max_client_conn`; default 500). */
   maxClientConn?: number;
+  /** PgBouncer's `ignore_startup_parameters` (default: none, as a stock PgBouncer). */
+  ignoreStartupParameters?: string;
 }
 
 /** A running PgBouncer. */
@@ -99,7 +101,11 @@ export async function startPgBouncer(
       'pool_mode = transaction',
       `default_pool_size = ${settings.defaultPoolSize ?? 10}`,
       `max_client_conn = ${settings.maxClientConn ?? 500}`,
-      // No ignore_startup_parameters: a startup parameter Skiplock adds must work on a stock PgBouncer.
+      // By default no ignore_startup_parameters: Skiplock in pooler mode (preparedStatements:
+      // false) must work on a stock PgBouncer.
+      ...(settings.ignoreStartupParameters
+        ? [`ignore_startup_parameters = ${settings.ignoreStartupParameters}`]
+        : []),
       'log_connections = 0',
       'log_disconnections = 0',
       '',
