@@ -102,7 +102,7 @@ async function completeInTransaction<T>(
     const onSessionError = () => {
       if (run.transaction !== 'open') return;
       run.setTransaction('none');
-      run.expireNow();
+      run.revertToConfirmed();
     };
     session.on?.('error', onSessionError);
     try {
@@ -149,7 +149,7 @@ async function completeInTransaction<T>(
  * Rolls ctx.transaction back. While its row was locked the heartbeat could not move
  * lease_until: the lease is renewed now, on this session, before the handler goes on — or found
  * gone (then the run is aborted as lost). A session that cannot even roll back is dead, and the
- * lock with it: the lease is unproven and ends.
+ * lock with it: the lease is what the database last confirmed (expired at once if that passed).
  */
 async function rollBack(
   run: JobRun,
@@ -163,17 +163,17 @@ async function rollBack(
     await session.query('ROLLBACK');
   } catch (rollbackError) {
     markBroken(rollbackError);
-    if (wasOpen) run.expireNow();
+    if (wasOpen) run.revertToConfirmed();
     return;
   }
   if (!wasOpen || run.leaseExpired) return;
   const sentAt = performance.now();
   try {
     if (await store.renewLease(session, run.job, run.leaseMs)) run.armLease(sentAt);
-    else run.expireNow();
+    else run.expireNow(); // someone else owns the job now
   } catch (error) {
     if (isDriverError(error)) markBroken(error);
-    run.expireNow();
+    run.revertToConfirmed();
   }
 }
 

@@ -77,6 +77,8 @@ export class JobRun {
    * machine is suspended; the database's clock does not. The lease is gone when either passes.
    */
   private leaseDeadlineWall = 0;
+  /** The deadline as the database last confirmed it (a claim or a renewal; not a held lock). */
+  private confirmed = { mono: 0, wall: 0 };
   /** Set while ctx.transaction holds a session: cuts it when the lease is lost. */
   private cutTransaction: (() => void) | null = null;
   private transactionEnded: { promise: Promise<void>; resolve: () => void } | null = null;
@@ -128,11 +130,39 @@ export class JobRun {
   armLease(sentAt: number): void {
     if (this.leaseExpired || this.phase === 'finished') return;
     const deadline = sentAt + this.leaseMs - leaseMargin(this.leaseMs);
-    if (deadline <= this.leaseDeadline) return;
-    this.leaseDeadlineWall = Date.now() + (deadline - performance.now());
-    this.leaseDeadline = deadline;
+    const wall = Date.now() + (deadline - performance.now());
+    if (deadline > this.confirmed.mono) this.confirmed = { mono: deadline, wall };
+    if (deadline > this.leaseDeadline) this.setDeadline(deadline, wall);
+  }
+
+  /**
+   * The heartbeat found the row still ours but locked by the job's own open ctx.transaction:
+   * nobody can take it while the lock holds, so the local deadline moves on — provisionally:
+   * `lease_until` did not move, and if the lock goes without a commit the deadline falls back
+   * to the last confirmed one ({@link revertToConfirmed}).
+   */
+  holdByLock(sentAt: number): void {
+    if (this.leaseExpired || this.phase === 'finished') return;
+    const deadline = sentAt + this.leaseMs - leaseMargin(this.leaseMs);
+    if (deadline > this.leaseDeadline)
+      this.setDeadline(deadline, Date.now() + (deadline - performance.now()));
+  }
+
+  /**
+   * The row lock of ctx.transaction is gone without a commit (its session died): the lease is
+   * what the database last confirmed — expired at once if that has passed.
+   */
+  revertToConfirmed(): void {
+    if (this.leaseExpired || this.phase === 'finished') return;
+    this.setDeadline(this.confirmed.mono, this.confirmed.wall);
+    this.checkLease();
+  }
+
+  private setDeadline(mono: number, wall: number): void {
+    this.leaseDeadline = mono;
+    this.leaseDeadlineWall = wall;
     if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    this.leaseTimer = setTimeout(() => this.checkLease(), Math.max(0, deadline - performance.now()));
+    this.leaseTimer = setTimeout(() => this.checkLease(), Math.max(0, mono - performance.now()));
   }
 
   /**

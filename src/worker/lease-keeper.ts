@@ -91,8 +91,8 @@ export class LeaseKeeper {
         // Still ours, and locked by the job's own ctx.transaction (FOR NO KEY UPDATE under the
         // lease): nobody can reap or complete it while that lock is held, so the job stays ours
         // though lease_until did not move. The transaction re-syncs the lease when it rolls
-        // back, and a session that dies while it is open ends the lease at once.
-        run.armLease(sentAt);
+        // back; a session that dies while it is open falls back to the last confirmed deadline.
+        run.holdByLock(sentAt);
       } else if (answer?.state === 'lost' && run.phase === 'running' && run.transaction === 'none') {
         // Writing-phase runs settle ownership through their own compare-and-set; a run whose
         // ctx.transaction is open or committing holds its row (or has just completed it).

@@ -396,6 +396,43 @@ describe('ctx.transaction: the handler’s writes and the completion commit toge
     await worker.stop();
   });
 
+  test('the connection of an open ctx.transaction dies after the lease would have run out: the handler is aborted at once', async () => {
+    // Review finding (a variant of the one above): the lock held the job past its lease; when the
+    // session died the lock was gone with it and the job reapable at once, yet the handler ran on.
+    const queue = db.queue();
+    const inside = gate<number>();
+    const seen: { abortedAt?: number; killedAt?: number } = {};
+    const worker = await startWorker(db, {
+      tasks: {
+        'tx.session-dies': async (_payload: unknown, ctx: JobContext) => {
+          ctx.signal.addEventListener('abort', () => {
+            seen.abortedAt = performance.now();
+          });
+          return ctx.transaction(async (client) => {
+            const { rows } = await client.query('SELECT pg_backend_pid() AS pid');
+            inside.open(rows[0].pid);
+            await sleep(2_000);
+            return 'unreachable';
+          });
+        },
+      },
+      leaseMs: 600,
+      reapIntervalMs: 3_600_000,
+    });
+    const events = recordEvents(worker);
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'tx.session-dies', 10_000);
+    await queue.enqueue('tx.session-dies', {}, { maxAttempts: 2 });
+    const pid = await within(inside.promise, 5_000, 'the transaction is open');
+    await sleep(1_000); // past the lease: only the lock holds the job now
+    expect(events.map((e) => e.name)).not.toContain('lease:lost');
+    seen.killedAt = performance.now();
+    await db.sql('SELECT pg_terminate_backend($1)', [pid]);
+    await lost;
+    expect(seen.abortedAt).toBeGreaterThan(seen.killedAt);
+    expect(seen.abortedAt! - seen.killedAt).toBeLessThan(900); // not when the 2 s sleep ends
+    await worker.stop({ timeoutMs: 100 });
+  });
+
   test('a COMMIT that fails after the lease deadline passed aborts the handler', async () => {
     // Review finding: a deadline that passed while COMMIT was in flight was latched and, when
     // the COMMIT then failed, never acted on: the handler ran on unaborted. A deferred trigger
