@@ -50,6 +50,31 @@ export function leaseMargin(leaseMs: number): number {
   return Math.min(1_000, Math.max(20, Math.floor(leaseMs / 20)));
 }
 
+/** AbortSignal's own getter of `aborted`. */
+const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')?.get;
+
+/**
+ * Makes reading `signal.aborted` (or calling `signal.throwIfAborted()`) look at the lease
+ * deadline first. After a process resumes from a pause, Node runs I/O callbacks — and the
+ * timers that fell due during the pause, in due order — before the worker's own lease timers
+ * may have fired: a handler that checks its signal right before a side effect must still learn
+ * that its lease is gone. The signal stays a real AbortSignal (fetch and others accept it).
+ */
+function watchSignal(signal: AbortSignal, checkLease: () => void): void {
+  if (!abortedOf) return;
+  const aborted = () => {
+    checkLease();
+    return abortedOf.call(signal) as boolean;
+  };
+  Object.defineProperty(signal, 'aborted', { configurable: true, get: aborted });
+  Object.defineProperty(signal, 'throwIfAborted', {
+    configurable: true,
+    value: () => {
+      if (aborted()) throw signal.reason;
+    },
+  });
+}
+
 export class JobRun {
   readonly job: ClaimedJob;
   /** `id/token`: one claim of one job, never equal to any other claim's (SPEC §1.3). */
@@ -110,6 +135,7 @@ export class JobRun {
       };
     });
     this.armLease(options.claimSentAt);
+    watchSignal(this.controller.signal, () => this.checkLease());
     if (options.timeoutMs !== null) {
       this.deadlineTimer = setTimeout(() => this.abort('deadline'), options.timeoutMs);
     }

@@ -17,12 +17,12 @@
  */
 import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
 import * as fs from 'node:fs/promises';
-import { createServer } from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pg from 'pg';
 import { afterAll, describe, expect, test } from 'vitest';
 import { isRunning } from '../../src/embedded/stale-server.js';
+import { freePort } from '../support/ports.js';
 import { jobsTable, TEST_SCHEMA } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
 
@@ -85,17 +85,6 @@ async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs: numbe
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 interface DevRun {

@@ -29,6 +29,7 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import type { Queue } from '../../src/queue.js';
 import type { OpsSnapshot } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { killChildren } from '../support/spawn.js';
 import { type CliOptions, oneLineError, runCli, spawnCli } from './run-cli.js';
@@ -117,13 +118,6 @@ async function listen(server: Server, port = 0): Promise<number> {
   const address = server.address();
   if (address === null || typeof address === 'string') throw new Error('no port');
   return address.port;
-}
-
-async function freePort(): Promise<number> {
-  const server = createServer();
-  const port = await listen(server);
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 async function jobsOf(queueName: string) {

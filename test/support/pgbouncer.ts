@@ -13,10 +13,10 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { accessSync, constants, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'vitest';
+import { freePort } from './ports.js';
 
 /** The PgBouncer binary the tests run. */
 export const PGBOUNCER_BIN = process.env.PGBOUNCER ?? '/usr/sbin/pgbouncer';
@@ -188,16 +188,4 @@ function runAsUser(): string {
   } catch {
     return 'nobody';
   }
-}
-
-/** A TCP port on 127.0.0.1 that was free a moment ago. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen(0, '127.0.0.1', () => {
-      const address = probe.address();
-      probe.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject()));
-    });
-  });
 }

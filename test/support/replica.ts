@@ -11,11 +11,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
 import * as fs from 'node:fs/promises';
-import { createServer } from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import pg from 'pg';
 import { NOBODY, type RunAs } from '../../src/embedded/binaries.js';
+import { freePort } from './ports.js';
 
 /** A primary and its streaming standby. */
 export interface StreamingPair {
@@ -242,17 +242,4 @@ async function run(
 async function tail(logFile: string | undefined): Promise<string> {
   if (!logFile) return '';
   return (await fs.readFile(logFile, 'utf8').catch(() => '(no log)')).slice(-2_000);
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.unref();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      const port = typeof address === 'object' && address ? address.port : 0;
-      server.close(() => resolve(port));
-    });
-  });
 }

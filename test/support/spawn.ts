@@ -4,33 +4,49 @@ import { fileURLToPath } from 'node:url';
 /** The repository root (tsx resolves from here). */
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
+/** A fixture running in a child Node process, its output gathered as it comes. */
+export interface RunningFixture {
+  readonly child: import('node:child_process').ChildProcess;
+  stdout(): string;
+  stderr(): string;
+  /** Resolves with the exit code (null when killed by a signal). */
+  readonly exited: Promise<number | null>;
+}
+
+/** Starts a TypeScript fixture in a child Node process (through tsx). */
+export function startFixture(file: string, env: Record<string, string>): RunningFixture {
+  const child = spawn(process.execPath, ['--import', 'tsx', file], {
+    cwd: REPO_ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
+  return { child, stdout: () => stdout, stderr: () => stderr, exited };
+}
+
 /** Runs a TypeScript fixture in a child Node process (through tsx); resolves with its output. */
-export function runFixture(
+export async function runFixture(
   file: string,
   env: Record<string, string>,
   timeoutMs = 60_000,
 ): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', file], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-    child.once('error', reject);
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+  const fixture = startFixture(file, env);
+  const error = new Promise<never>((_, reject) => fixture.child.once('error', reject));
+  const timer = setTimeout(() => fixture.child.kill('SIGKILL'), timeoutMs);
+  try {
+    const code = await Promise.race([fixture.exited, error]);
+    return { code, stdout: fixture.stdout(), stderr: fixture.stderr() };
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** SIGKILLs the child processes still running and resolves once every one has exited. */

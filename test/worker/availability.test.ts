@@ -10,24 +10,16 @@
  *    reaper and a second execution. Now it is retried while the lease lasts: the job ends done
  *    after one execution. Before the fix the handler ran twice.
  */
-import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, test } from 'vitest';
 import { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { startTcpProxy } from '../support/tcp-proxy.js';
 import { gate, nextEvent, startWorker, within } from './helpers.js';
 
 const db = useTestDatabase();
-
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 describe('an unavailable database', () => {
   test('start() waits for a database that is not up yet, then works', async () => {

@@ -17,15 +17,15 @@
  * `aborted: false` recorded); Queue pools without `query_timeout` (the partition test: stop()
  * did not resolve).
  */
-import { spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { LeaseLostError } from '../../src/errors.js';
 import { Queue } from '../../src/queue.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
-import { killChildren, REPO_ROOT } from '../support/spawn.js';
+import { killChildren, startFixture } from '../support/spawn.js';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.js';
 import { gate, nextEvent, startWorker, within } from './helpers.js';
 
@@ -105,26 +105,18 @@ describe('a silent network or a paused process never lets two handlers own one j
   });
 
   test('pause: SIGSTOP past the lease, another worker runs the job; after SIGCONT the old handler sees its signal aborted', async () => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'test/worker/fixtures/paused-worker.ts'], {
-      cwd: REPO_ROOT,
-      env: { ...process.env, SKIPLOCK_FIXTURE_URL: db.url, SKIPLOCK_FIXTURE_SCHEMA: TEST_SCHEMA },
-      stdio: ['ignore', 'pipe', 'pipe'],
+    const fixture = startFixture('test/worker/fixtures/paused-worker.ts', {
+      SKIPLOCK_FIXTURE_URL: db.url,
+      SKIPLOCK_FIXTURE_SCHEMA: TEST_SCHEMA,
     });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (chunk: Buffer) => {
-      stdout += chunk.toString();
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      stderr += chunk.toString();
-    });
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    const { child, exited } = fixture;
     try {
       const queue = db.queue();
       const { id } = await queue.enqueue('pause.job', {}, { maxAttempts: 3 });
       const deadline = Date.now() + 20_000;
-      while (!stdout.includes(`started ${id}`)) {
-        if (Date.now() > deadline) throw new Error(`the child never started the job; stderr:\n${stderr}`);
+      while (!fixture.stdout().includes(`started ${id}`)) {
+        if (Date.now() > deadline)
+          throw new Error(`the child never started the job; stderr:\n${fixture.stderr()}`);
         await sleep(20);
       }
       child.kill('SIGSTOP');
@@ -139,8 +131,8 @@ describe('a silent network or a paused process never lets two handlers own one j
       // timers then fire at once, in due order.
       await sleep(Math.max(0, stoppedAt + 3_500 - performance.now()));
       child.kill('SIGCONT');
-      expect(await within(exited, 20_000, 'the child finished'), stderr).toBe(0);
-      const report = JSON.parse(stdout.trim().split('\n').at(-1) as string) as { events: string[] };
+      expect(await within(exited, 20_000, 'the child finished'), fixture.stderr()).toBe(0);
+      const report = JSON.parse(fixture.stdout().trim().split('\n').at(-1) as string) as { events: string[] };
       expect(report.events).toContain('lease:lost');
       expect(report.events).not.toContain('job:done');
       const effects = await db.sql<{ attempt: number; aborted: boolean }>(
@@ -184,5 +176,37 @@ describe('a silent network or a paused process never lets two handlers own one j
     } finally {
       proxy.silenceWhen = null;
     }
+  });
+
+  test('a handler that reads its signal right after a stall past its lease sees it aborted, before any timer ran', async () => {
+    // The 15-minute soak found the window: after SIGCONT, a handler timer that fell due during
+    // the pause before the worker's next lease-clock tick ran first, and the handler carried on
+    // (its signal not yet aborted). Reading `signal.aborted` now looks at the lease deadline.
+    // Before the fix this test saw `false`.
+    const seen: { aborted?: boolean; reason?: unknown } = {};
+    const worker = await startWorker(db, {
+      tasks: {
+        'pause.read': async (_payload: unknown, { signal }: JobContext) => {
+          const until = performance.now() + 1_000;
+          while (performance.now() < until) {
+            // a stall longer than the lease: no timer and no I/O can run meanwhile
+          }
+          seen.aborted = signal.aborted; // read in the same turn: nothing else ran
+          seen.reason = signal.reason;
+          return 'carried on';
+        },
+      },
+      leaseMs: 400,
+      reapIntervalMs: 3_600_000,
+    });
+    const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'pause.read');
+    const queue = db.queue();
+    const { id } = await queue.enqueue('pause.read', {}, { maxAttempts: 2 });
+    await lost;
+    expect(seen.aborted).toBe(true);
+    expect(seen.reason).toBeInstanceOf(LeaseLostError);
+    await expect.poll(() => worker.stats().running).toBe(0);
+    expect((await queue.get(id))?.result).toBeNull(); // its outcome was not written
+    await worker.stop();
   });
 });
