@@ -103,6 +103,23 @@ export interface QueueOptions {
   statementTimeoutMs?: number;
   /** Longest wait for a new connection, in ms (default 10 000). Does not apply to a `pool` you pass in. */
   connectTimeoutMs?: number;
+  /**
+   * What becomes of finished jobs (SPEC §7). `completed: 'delete'` removes a job in the very
+   * statement that completes it (`complete`, `completeMany`, a worker's completions and
+   * ctx.transaction): no `done` row is kept and its result is discarded, `get(id)` then returns
+   * null, and `counts().done` / `ops().done` count it from a maintained counter — the fastest
+   * way to run a queue, and graphile-worker's own semantics. Failed jobs are kept either way.
+   * `keepFinishedMs`: the workers of this queue delete finished jobs (done, dead, cancelled)
+   * last updated longer ago than this, in batches of 1,000 that skip locked rows, at least once
+   * a minute. Default `{ completed: 'keep' }` and no pruning (`queue.prune()` by hand).
+   */
+  retention?: { completed?: 'keep' | 'delete'; keepFinishedMs?: number };
+}
+
+/** The retention settings of a Queue, validated. */
+export interface Retention {
+  completed: 'keep' | 'delete';
+  keepFinishedMs: number | null;
 }
 
 const QUEUE_OPTION_KEYS = [
@@ -119,6 +136,7 @@ const QUEUE_OPTION_KEYS = [
   'preparedStatements',
   'statementTimeoutMs',
   'connectTimeoutMs',
+  'retention',
 ];
 const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
 const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
@@ -139,6 +157,7 @@ const REQUEUE_BATCH = 1_000;
 export interface QueueInternals {
   store: JobStore;
   pool: PoolExecutor;
+  retention: Retention;
 }
 
 const internals = new WeakMap<Queue, QueueInternals>();
@@ -165,6 +184,7 @@ export function queueInternals(queue: Queue): QueueInternals {
 export class Queue {
   /** The schema holding this queue's tables. */
   readonly schema: string;
+  private readonly retention: Retention;
   private readonly store: JobStore;
   private readonly pool: ManagedPool;
   private readonly readPool: ManagedPool | null;
@@ -192,7 +212,8 @@ export class Queue {
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, QUEUE_OPTION_KEYS, 'options');
     this.schema = requireSchemaName(opts.schema ?? 'skiplock');
-    this.store = new JobStore(this.schema);
+    this.retention = retentionSettings(opts.retention);
+    this.store = new JobStore(this.schema, { deleteCompleted: this.retention.completed === 'delete' });
     this.logger = opts.logger;
     const backoff = optionsObject(opts.backoff, 'backoff');
     this.backoff = {
@@ -245,7 +266,7 @@ export class Queue {
     if (!this.ownsPool) this.watchPool(opts.pool as pg.Pool);
     this.enqueueBatcher = this.createEnqueueBatcher(opts.batchEnqueue);
     if (!this.poolerMode) this.store.prepareOn(this.pool);
-    internals.set(this, { store: this.store, pool: this.pool });
+    internals.set(this, { store: this.store, pool: this.pool, retention: this.retention });
   }
 
   /** True after `close()`. */
@@ -948,6 +969,25 @@ export class Queue {
   private assertOpen(): void {
     if (this.closed) throw new QueueClosedError();
   }
+}
+
+function retentionSettings(value: QueueOptions['retention']): Retention {
+  const opts = optionsObject(value, 'retention');
+  rejectUnknownKeys(opts, ['completed', 'keepFinishedMs'], 'retention');
+  const completed = opts.completed ?? 'keep';
+  if (completed !== 'keep' && completed !== 'delete') {
+    throw new ValidationError(
+      'retention.completed',
+      `must be 'keep' or 'delete', got ${JSON.stringify(completed)}`,
+    );
+  }
+  return {
+    completed,
+    keepFinishedMs:
+      opts.keepFinishedMs === undefined
+        ? null
+        : requireInt(opts.keepFinishedMs, 'retention.keepFinishedMs', 1),
+  };
 }
 
 /** The values of a batch whose jobs all settled well; else the first job's error. */

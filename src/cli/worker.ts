@@ -11,6 +11,7 @@ import { type GlobalOptions, requireDatabaseUrl, SIGNAL_ECHO_MS } from './contex
 interface WorkerFlags {
   tasks: string;
   concurrency?: number;
+  prefetch?: number;
   queues?: string[];
   leaseMs?: number;
   pollIntervalMs?: number;
@@ -30,6 +31,11 @@ export function registerWorker(program: Command): void {
       'module whose default export (or export `tasks`) maps task names to handlers',
     )
     .option('--concurrency <n>', 'most jobs at once (default 10)', positiveInt)
+    .option(
+      '--prefetch <n>',
+      'jobs claimed ahead of free slots, held until one frees (default: concurrency, at least 50; 0: none)',
+      nonNegativeInt,
+    )
     .option('--queues <a,b>', 'only these queues (default: all)', list)
     .option('--lease-ms <n>', 'lease length in ms (default 120000)', positiveInt)
     .option(
@@ -90,6 +96,7 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
         queue,
         tasks,
         ...(flags.concurrency === undefined ? {} : { concurrency: flags.concurrency }),
+        ...(flags.prefetch === undefined ? {} : { prefetch: flags.prefetch }),
         ...(flags.queues === undefined ? {} : { queues: flags.queues }),
         ...(flags.leaseMs === undefined ? {} : { leaseMs: flags.leaseMs }),
         ...(flags.pollIntervalMs === undefined ? {} : { pollIntervalMs: flags.pollIntervalMs }),
@@ -204,6 +211,12 @@ function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
 function positiveInt(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+}
+
+function nonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('must be a whole number, 0 or more');
   return n;
 }
 

@@ -1,7 +1,7 @@
 import type { ClaimedJob, Job, JobStatus } from '../types.js';
 
 /**
- * A row of the jobs table as `pg` returns it by default (int8 as string, timestamptz as Date,
+ * A row of the jobs table as the statements return it (int8 as string, timestamps as epoch ms,
  * jsonb parsed). Mapping tolerates an application that changed pg's global type parsers.
  */
 export interface JobRow {
@@ -15,15 +15,15 @@ export interface JobRow {
   dedupe_key: string | null;
   attempts: number;
   max_attempts: number;
-  run_after: Date;
-  lease_until: Date | null;
+  run_after: number | Date;
+  lease_until: number | Date | null;
   worker_id: string | null;
-  run_started_at: Date | null;
+  run_started_at: number | Date | null;
   timeout_ms: number | null;
   last_error: string | null;
-  cancel_requested_at: Date | null;
-  created_at: Date;
-  updated_at: Date;
+  cancel_requested_at: number | Date | null;
+  created_at: number | Date;
+  updated_at: number | Date;
   attempted_by: string[] | null;
   /** Claims so far, as text: the claim token of the latest claim. */
   claims: string;
@@ -63,12 +63,16 @@ export function toJob(row: JobRow): Job {
 
 /** Maps a freshly claimed row to a {@link ClaimedJob}: the job plus its lease. */
 export function toClaimedJob(row: JobRow): ClaimedJob {
-  const job = toJob(row);
-  return { ...job, workerId: row.worker_id ?? '', attempt: job.attempts, token: String(row.claims) };
+  const job = toJob(row) as ClaimedJob;
+  job.workerId = row.worker_id ?? '';
+  job.attempt = job.attempts;
+  job.token = String(row.claims);
+  return job;
 }
 
 function toDate(value: Date | string | number): Date {
-  return value instanceof Date ? value : new Date(value);
+  if (typeof value === 'number' || value instanceof Date) return new Date(value);
+  return new Date(/^-?\d+(\.\d+)?$/.test(value) ? Number(value) : value); // a changed float8 parser
 }
 
 function toDateOrNull(value: Date | string | number | null): Date | null {

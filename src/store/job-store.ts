@@ -41,8 +41,12 @@ export class JobStore {
   /** The executor on which statements run as named prepared statements (our own pg pool). */
   private preparedOn: Executor | null = null;
 
-  constructor(schema: string) {
+  /** `retention: { completed: 'delete' }`: completions delete the row and count it (§7). */
+  private readonly deleteCompleted: boolean;
+
+  constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
     this.schema = schema;
+    this.deleteCompleted = options.deleteCompleted === true;
     this.channel = notifyChannel(schema);
     this.sql = buildStatements(quoteIdent(schema));
     const prefix = `skiplock_${createHash('sha256').update(schema).digest('hex').slice(0, 8)}_`;
@@ -118,8 +122,11 @@ export class JobStore {
     return rows.map(toClaimedJob);
   }
 
+  /** running → done (or deleted and counted, with `deleteCompleted`), under the lease. */
   async complete(db: Executor, lease: Lease, resultJson: string): Promise<boolean> {
-    const rows = await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson]);
+    const rows = this.deleteCompleted
+      ? await this.run(db, this.sql.completeDelete, leaseValues(lease))
+      : await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson]);
     return rows.length === 1;
   }
 
@@ -139,13 +146,18 @@ export class JobStore {
     });
     const unique = [...first.values()].map((i) => batch[i] as { lease: Lease; resultJson: string });
     const items = byId(unique, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
-    const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
+    const leases = [
       items.map((i) => i.lease.id),
       items.map((i) => i.lease.workerId),
       items.map((i) => i.lease.attempt),
       items.map((i) => i.lease.token),
-      items.map((i) => i.resultJson),
-    ]);
+    ];
+    const rows = this.deleteCompleted
+      ? await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, leases)
+      : await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
+          ...leases,
+          items.map((i) => i.resultJson),
+        ]);
     const completed = new Set(rows.map((row) => `${row.id}/${row.token}`));
     return batch.map(
       (item, i) => first.get(leaseKey(item.lease)) === i && completed.has(leaseKey(item.lease)),
@@ -228,6 +240,21 @@ export class JobStore {
   async release(db: Executor, lease: Lease): Promise<boolean> {
     const rows = await this.run(db, this.sql.release, [...leaseValues(lease), this.channel]);
     return rows.length === 1;
+  }
+
+  /** Releases many leases in one statement; answers per input lease, in input order. */
+  async releaseMany(db: Executor, leases: readonly Lease[]): Promise<boolean[]> {
+    if (leases.length === 0) return [];
+    const sorted = byId(leases, (lease) => lease.id); // one lock order for all batch statements
+    const rows = await this.run<{ id: string; token: string }>(db, this.sql.releaseMany, [
+      sorted.map((l) => l.id),
+      sorted.map((l) => l.workerId),
+      sorted.map((l) => l.attempt),
+      sorted.map((l) => l.token),
+      this.channel,
+    ]);
+    const released = new Set(rows.map((row) => `${row.id}/${row.token}`));
+    return leases.map((lease) => released.has(leaseKey(lease)));
   }
 
   async reap(db: Executor): Promise<string[]> {
@@ -327,6 +354,12 @@ export class JobStore {
     return { deleted: Number(rows[0]?.deleted ?? 0), lastId: rows[0]?.last_id ?? null };
   }
 
+  /** Deletes up to `limit` finished jobs older than `olderThanMs` (the background pruner); returns how many. */
+  async pruneFinished(db: Executor, olderThanMs: number, limit: number): Promise<number> {
+    const rows = await this.run<{ deleted: number }>(db, this.sql.pruneFinished, [olderThanMs, limit]);
+    return Number(rows[0]?.deleted ?? 0);
+  }
+
   async notify(db: Executor, payload: string): Promise<void> {
     await this.run(db, this.sql.notify, [this.channel, payload]);
   }
@@ -390,7 +423,8 @@ export class JobStore {
     const counts = {
       pending: Number(row.pending ?? 0),
       running: Number(row.running ?? 0),
-      done: Math.round(Number(row.done ?? 0)),
+      // done rows, plus completions deleted at once and counted instead (§7)
+      done: Math.round(Number(row.done ?? 0)) + Number(row.done_deleted ?? 0),
       dead: Math.round(Number(row.dead ?? 0)),
       cancelled: Math.round(Number(row.cancelled ?? 0)),
     };

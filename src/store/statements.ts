@@ -5,11 +5,18 @@
 
 import { quoteLiteral } from '../db/identifier.js';
 
-/** The columns of every job-returning statement, in the shape of `JobRow` (id as text). */
+/** A timestamp as epoch milliseconds (float8): the driver reads a number, not a date string to parse. */
+const MS = (column: string) => `floor(extract(epoch FROM ${column}) * 1000)::float8 AS ${column}`;
+
+/**
+ * The columns of every job-returning statement, in the shape of `JobRow` (id as text,
+ * timestamps as epoch ms: parsing five date strings per row was ~4 % of a worker's CPU while
+ * draining a backlog).
+ */
 export const JOB_COLUMNS =
   'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
-  'run_after, lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, ' +
-  'created_at, updated_at, attempted_by, claims::text AS claims';
+  `${MS('run_after')}, ${MS('lease_until')}, worker_id, ${MS('run_started_at')}, timeout_ms, last_error, ` +
+  `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, attempted_by, claims::text AS claims`;
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 const ACTIVE = `status IN ('pending', 'running')`;
@@ -41,12 +48,27 @@ const LEASE_GUARD = `id = $1 AND status = 'running' AND worker_id = $2 AND attem
 const HISTORY = `(CASE WHEN cardinality(attempted_by) = 0 AND worker_id IS NOT NULL THEN ARRAY[worker_id] ELSE attempted_by END)`;
 const APPEND_ATTEMPTED_BY = `(${HISTORY} || $1::text)[greatest(1, cardinality(${HISTORY}) - 23):]`;
 
+/** The counter of completions deleted by `retention: { completed: 'delete' }` (migration 4). */
+export const COMPLETED_DELETED = 'completed_deleted';
+/** Shards of a counter: the completing session's backend pid modulo this. */
+const COUNTER_SHARDS = 16;
+
 /** The statements of one schema. */
 export type Statements = ReturnType<typeof buildStatements>;
 
 /** Builds the statements of the schema whose quoted identifier is `s`. */
 export function buildStatements(s: string) {
   const jobs = `${s}.jobs`;
+  const counters = `${s}.counters`;
+  /**
+   * §7 adds the rows of CTE `source` to the completed-and-deleted counter, in the deleting
+   * statement's own transaction (so the count is exact: a rolled-back completion counts nothing).
+   */
+  const countDeleted = (source: string) => `
+        INSERT INTO ${counters} AS c (name, shard, n)
+        SELECT '${COMPLETED_DELETED}', pg_backend_pid() % ${COUNTER_SHARDS}, count(*) FROM ${source} HAVING count(*) > 0
+        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n
+        RETURNING 1`;
   return {
     /**
      * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
@@ -121,9 +143,9 @@ export function buildStatements(s: string) {
           lease_until = now() + $5::float8 * interval '1 millisecond',
           run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
         WHERE id IN (SELECT id FROM picked) AND status = 'pending'
-        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
+        RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
       )
-      SELECT * FROM claimed ORDER BY priority, run_after, claim_order_id`,
+      SELECT * FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
 
     /** §1.2/§1.3 running → done, only under the lease (all four fields). $5 result. */
     complete: `
@@ -131,6 +153,33 @@ export function buildStatements(s: string) {
                          updated_at = now()
       WHERE ${LEASE_GUARD}
       RETURNING id`,
+
+    /**
+     * §1.2/§1.3 running → deleted (`retention: { completed: 'delete' }`), only under the lease;
+     * §7 counted in the same transaction. A deleted job keeps no result.
+     */
+    completeDelete: `
+      WITH done AS (
+        DELETE FROM ${jobs} WHERE ${LEASE_GUARD}
+        RETURNING id
+      ), counted AS (${countDeleted('done')}
+      )
+      SELECT id::text AS id, (SELECT count(*) FROM counted) AS counted FROM done`,
+
+    /**
+     * §1.2/§1.3 as completeMany, deleting instead of keeping a done row; §7 counted in the same
+     * statement. $1 ids, $2 worker ids, $3 attempts, $4 tokens.
+     */
+    completeManyDelete: `
+      WITH done AS (
+        DELETE FROM ${jobs} AS j
+        USING unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS c(id, worker_id, attempt, token)
+        WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+          AND j.claims = c.token
+        RETURNING j.id, c.token
+      ), counted AS (${countDeleted('done')}
+      )
+      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM counted) AS counted FROM done`,
 
     /**
      * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
@@ -246,6 +295,27 @@ export function buildStatements(s: string) {
       )
       -- §1.9 a job put back wakes an idle worker (a rolling deploy hands work over at once)
       SELECT id, CASE WHEN status = 'pending' THEN pg_notify($5, 'jobs') END AS notified FROM released`,
+
+    /**
+     * §1.3 release for many leases in one statement (a stopping worker's held jobs): each row
+     * guarded by its own lease, rows found by primary key (see OPAQUE_RUNNING); §1.9 one NOTIFY
+     * when any job went back to pending. Returns the (id, token) of each lease released.
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel.
+     */
+    releaseMany: `
+      WITH released AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+          attempts = j.attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
+          updated_at = now()
+        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS r(id, worker_id, attempt, token)
+        WHERE j.id = r.id AND ${OPAQUE_RUNNING} AND j.worker_id = r.worker_id AND j.attempts = r.attempt
+          AND j.claims = r.token
+        RETURNING j.id, r.token, j.status
+      ), notified AS (
+        SELECT pg_notify($5, 'jobs') FROM (SELECT 1 FROM released WHERE status = 'pending' LIMIT 1) AS any_pending
+      )
+      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified FROM released`,
 
     /**
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
@@ -370,6 +440,27 @@ export function buildStatements(s: string) {
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,
 
+    /**
+     * §7 the background pruner (`retention.keepFinishedMs`): deletes up to $2 finished jobs last
+     * updated more than $1 ms ago, oldest first, through jobs_finished_idx — cheap when nothing
+     * is old enough, never a scan of the table. SKIP LOCKED: it never waits on a row someone
+     * else holds (a requeue, an admin action), nor makes them wait; a row that changed before
+     * its lock was taken is re-checked by the lock itself (only a still-finished, still-old row
+     * is deleted).
+     */
+    pruneFinished: `
+      WITH victims AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status IN ('done', 'dead', 'cancelled')
+          AND updated_at < now() - $1::float8 * interval '1 millisecond'
+        ORDER BY updated_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      ), deleted AS (
+        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) RETURNING id
+      )
+      SELECT count(*)::int AS deleted FROM deleted`,
+
     /** §1.9 a hint on the schema's channel (the worker's LISTEN self-check). $1 channel, $2 payload. */
     notify: `SELECT pg_notify($1, $2)`,
 
@@ -445,7 +536,8 @@ export function buildStatements(s: string) {
      * indexes; each finished status exactly up to $1 rows (through jobs_finished_idx and the
      * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
      * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
-     * $1 exact limit, $2 schema name.
+     * `done_deleted`: completions deleted at once (`retention: { completed: 'delete' }`), from
+     * their maintained counter (at most 16 rows). $1 exact limit, $2 schema name.
      */
     counts: `
       WITH rel AS (
@@ -480,7 +572,8 @@ export function buildStatements(s: string) {
                                 est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
              END AS done,
              (exact.done >= $1) AS done_estimated, (exact.dead >= $1) AS dead_estimated,
-             (exact.cancelled >= $1) AS cancelled_estimated
+             (exact.cancelled >= $1) AS cancelled_estimated,
+             (SELECT coalesce(sum(n), 0) FROM ${counters} WHERE name = '${COMPLETED_DELETED}')::float8 AS done_deleted
       FROM exact, est`,
 
     /**

@@ -19,10 +19,10 @@ export interface ClaimLoopDeps {
   nextDueInMs(): Promise<number | null>;
   freeSlots(): number;
   /**
-   * Starts a claimed job (must not throw). `sentAt` (performance.now()) is when the claim was
-   * sent: its lease runs from then at the latest.
+   * Takes the jobs of one claim (must not throw). `sentAt` (performance.now()) is when the claim
+   * was sent: their leases run from then at the latest.
    */
-  run(job: ClaimedJob, sentAt: number): void;
+  accept(jobs: ClaimedJob[], sentAt: number): void;
   /** Gives back at once jobs claimed while the loop was stopping: they were never started. */
   giveBack(jobs: ClaimedJob[]): Promise<void>;
   onError(error: unknown, during: string): void;
@@ -132,7 +132,7 @@ export class ClaimLoop {
         if (jobs.length > 0) await this.deps.giveBack(jobs);
         return;
       }
-      for (const job of jobs) this.deps.run(job, sentAt);
+      if (jobs.length > 0) this.deps.accept(jobs, sentAt);
       if (jobs.length < free) {
         this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
         await this.armDueTimer();

@@ -30,6 +30,8 @@ export interface WorkerEvents {
   'lease:lost': { job: ClaimedJob };
   /** Expired leases of (possibly other, crashed) workers were reclaimed by this worker's reaper. */
   reaped: { ids: string[] };
+  /** Finished jobs past the queue's `retention.keepFinishedMs` were deleted by this worker's pruner. */
+  pruned: { deleted: number };
   /** The LISTEN connection is (again) in place; `reconnected` is false the first time. */
   'listen:connected': { reconnected: boolean };
   /**

@@ -32,15 +32,22 @@ export interface ExecutorDeps {
   backoff: BackoffOptions | null;
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
   onError(error: unknown, during: string): void;
+  /** The handler settled or was given up on: its slot is free while the outcome is written. */
+  onSettled(): void;
 }
 
 /** Runs the handler, waits for it (or gives up on it), then writes the outcome. */
 export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<void> {
   deps.emit('job:start', { job: run.job });
-  const settled = callHandler(run, handler, deps.queue);
+  // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
+  const settled: Promise<HandlerOutcome> =
+    run.abortReason === 'cancel'
+      ? Promise.resolve({ kind: 'error', error: run.signal.reason })
+      : callHandler(run, handler, deps.queue);
   const outcome = await Promise.race([settled, run.abandoned]);
   run.clearTimers();
   run.phase = 'writing';
+  deps.onSettled();
   if (outcome.kind === 'abandoned' && run.abortReason) {
     deps.emit('job:runaway', {
       job: run.job,
@@ -58,7 +65,10 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
 function callHandler(run: JobRun, handler: Handler, queue: Queue): Promise<HandlerOutcome> {
   const ctx: JobContext = {
     job: run.job,
-    signal: run.signal,
+    // Made when first read: most handlers never look at it.
+    get signal() {
+      return run.signal;
+    },
     transaction: (fn) => completeInTransaction(run, queue, fn),
   };
   return (async (): Promise<HandlerOutcome> => {

@@ -1,13 +1,16 @@
 /**
- * One claimed job inside a worker, from claim to freed slot.
+ * One claimed job inside a worker, from claim to written outcome.
  *
- *   running ──handler settles──▶ writing ──outcome written (or dropped)──▶ finished
+ *   held ──start()──▶ running ──handler settles──▶ writing ──outcome written (or dropped)──▶ finished
+ *     │
+ *     └─ claimed ahead (prefetched) and waiting in the local queue: its lease is renewed like a
+ *        running job's; given back on stop, dropped unstarted if its lease is lost or expires
  *      │
  *      ├─ deadline / cancel / lease lost / stop: signal aborted; the handler gets `graceMs` to
  *      │  settle, then it is abandoned (a "runaway") and the run moves on to writing
  *      └─ its local lease deadline passes (no renewal came back in time — a partition, a paused
- *         process): aborted as lost at once, by a timer of its own, before the database could
- *         hand the job to anyone else
+ *         process): aborted as lost at once, by the worker's lease clock (or the first look at
+ *         the signal or a write), before the database could hand the job to anyone else
  *
  * The first abort reason wins: a job cancelled after its deadline passed still fails with
  * JobDeadlineExceeded.
@@ -17,7 +20,7 @@ import { JobCancelledError, JobDeadlineExceeded, LeaseLostError, WorkerStoppingE
 import type { ClaimedJob } from '../types.js';
 
 export type AbortReason = 'deadline' | 'cancel' | 'lost' | 'shutdown';
-export type RunPhase = 'running' | 'writing' | 'finished';
+export type RunPhase = 'held' | 'running' | 'writing' | 'finished';
 
 /** What the handler did, as far as the worker knows. */
 export type HandlerOutcome =
@@ -37,17 +40,26 @@ export interface JobRunOptions {
   graceMs: number;
   /** performance.now() when the claim statement was sent: the lease runs from then at the latest. */
   claimSentAt: number;
-  /** Called (synchronously, from the run's own timer) when the local lease deadline passes. */
+  /** Called (synchronously, from whoever noticed first) when the local lease deadline passes. */
   onLeaseExpired: (run: JobRun) => void;
 }
 
 /**
- * How much earlier than the database the worker considers a lease gone: enough for timer
- * lateness, never so much that short leases are cut. The database's `lease_until` is its
- * `now()` when the statement ran + leaseMs, always later than the send time + leaseMs.
+ * How often the worker's lease clock looks at every run's local deadline: a few times a second
+ * for long leases, finer for short ones (tests), never busier than every 5 ms.
+ */
+export function leaseClockMs(leaseMs: number): number {
+  return Math.min(100, Math.max(5, Math.floor(leaseMs / 40)));
+}
+
+/**
+ * How much earlier than the database the worker considers a lease gone: at least one tick of
+ * the lease clock plus timer lateness, never so much that short leases are cut. The database's
+ * `lease_until` is its `now()` when the statement ran + leaseMs, always later than the send
+ * time + leaseMs.
  */
 export function leaseMargin(leaseMs: number): number {
-  return Math.min(1_000, Math.max(20, Math.floor(leaseMs / 20)));
+  return Math.min(1_000, Math.max(20, Math.floor(leaseMs / 20), leaseClockMs(leaseMs) + 10));
 }
 
 /** AbortSignal's own getter of `aborted`. */
@@ -80,9 +92,11 @@ export class JobRun {
   /** `id/token`: one claim of one job, never equal to any other claim's (SPEC §1.3). */
   readonly key: string;
   readonly timeoutMs: number | null;
-  readonly startedAt = performance.now();
-  readonly controller = new AbortController();
-  phase: RunPhase = 'running';
+  /** performance.now() when the handler started (the claim time while held). */
+  startedAt = performance.now();
+  /** Made on first use: most handlers finish without anyone looking at their signal. */
+  private controller: AbortController | null = null;
+  phase: RunPhase = 'held';
   abortReason: AbortReason | null = null;
   /** Set once ctx.transaction() has committed the completion. */
   committed: { value: unknown } | null = null;
@@ -107,6 +121,8 @@ export class JobRun {
   /** Set while ctx.transaction holds a session: cuts it when the lease is lost. */
   private cutTransaction: (() => void) | null = null;
   private transactionEnded: { promise: Promise<void>; resolve: () => void } | null = null;
+  /** `queue.cancel(id)` was heard while the job was held: it starts cancelled. */
+  private cancelWhileHeld = false;
   /** True once the local lease deadline passed. */
   leaseExpired = false;
   readonly leaseMs: number;
@@ -114,7 +130,6 @@ export class JobRun {
   private readonly onLeaseExpired: (run: JobRun) => void;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private graceTimer: NodeJS.Timeout | null = null;
-  private leaseTimer: NodeJS.Timeout | null = null;
   private abandon!: () => void;
   private sleeper: { timer: NodeJS.Timeout; resolve: () => void } | null = null;
   /** Resolves when the handler is given up on (after the grace period). */
@@ -135,14 +150,29 @@ export class JobRun {
       };
     });
     this.armLease(options.claimSentAt);
-    watchSignal(this.controller.signal, () => this.checkLease());
-    if (options.timeoutMs !== null) {
-      this.deadlineTimer = setTimeout(() => this.abort('deadline'), options.timeoutMs);
+  }
+
+  /** held → running: the handler starts now, and its deadline (if any) runs from now. */
+  start(): void {
+    if (this.phase !== 'held') return;
+    this.phase = 'running';
+    this.startedAt = performance.now();
+    if (this.cancelWhileHeld) this.abort('cancel');
+    else if (this.timeoutMs !== null) {
+      this.deadlineTimer = setTimeout(() => this.abort('deadline'), this.timeoutMs);
     }
   }
 
   get signal(): AbortSignal {
-    return this.controller.signal;
+    return this.abortController().signal;
+  }
+
+  private abortController(): AbortController {
+    if (this.controller === null) {
+      this.controller = new AbortController();
+      watchSignal(this.controller.signal, () => this.checkLease());
+    }
+    return this.controller;
   }
 
   get durationMs(): number {
@@ -187,21 +217,17 @@ export class JobRun {
   private setDeadline(mono: number, wall: number): void {
     this.leaseDeadline = mono;
     this.leaseDeadlineWall = wall;
-    if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    this.leaseTimer = setTimeout(() => this.checkLease(), Math.max(0, mono - performance.now()));
   }
 
   /**
-   * Marks the lease expired if its local deadline has passed (the lease timer, the worker's
-   * lease clock after a pause, and every write path call this). Returns true when expired.
+   * Marks the lease expired if its local deadline has passed (the worker's lease clock, a look
+   * at the signal, and every write path call this). Returns true when expired.
    */
   checkLease(now = performance.now()): boolean {
     if (this.leaseExpired) return true;
     if ((now < this.leaseDeadline && Date.now() < this.leaseDeadlineWall) || this.phase === 'finished')
       return false;
     this.leaseExpired = true;
-    if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    this.leaseTimer = null;
     this.onLeaseExpired(this);
     return true;
   }
@@ -250,11 +276,16 @@ export class JobRun {
     return Math.max(0, this.leaseDeadline + leaseMargin(this.leaseMs) - now);
   }
 
-  /** Aborts the handler's signal for `reason` (the first reason wins) and starts its grace period. */
+  /**
+   * Aborts the handler's signal for `reason` (the first reason wins) and starts its grace period.
+   * A cancellation of a job still held is kept for when it starts: it starts already aborted,
+   * and its handler is never called.
+   */
   abort(reason: AbortReason): void {
+    if (this.phase === 'held' && reason === 'cancel') this.cancelWhileHeld = true;
     if (this.phase !== 'running' || this.abortReason !== null) return;
     this.abortReason = reason;
-    this.controller.abort(this.reasonError(reason));
+    this.abortController().abort(this.reasonError(reason));
     if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
     this.deadlineTimer = null;
     this.graceTimer = setTimeout(() => this.abandon(), this.graceMs);
@@ -280,8 +311,6 @@ export class JobRun {
   finish(): void {
     this.phase = 'finished';
     this.clearTimers();
-    if (this.leaseTimer) clearTimeout(this.leaseTimer);
-    this.leaseTimer = null;
   }
 
   private reasonError(reason: AbortReason): Error {

@@ -8,11 +8,13 @@
  *   - lost: its handler's signal is aborted and its outcome is never written.
  * The same statement reports cancellation requests, so a lost NOTIFY cannot hide a cancel.
  *
- * Between beats the lease clock checks every run's local deadline a few times a second. Each run
- * also has a timer of its own at its deadline; the clock is what makes a process that was paused
- * (SIGSTOP, a long GC, a suspended machine) abort its handlers first thing after it resumes: Node runs
- * expired timers in due order, and the clock's next tick is due before almost any timer a
- * handler set.
+ * Between beats the lease clock checks every run's local deadline (held or running) a few times
+ * a second — more often for short leases, and always more often than the lease margin
+ * (`leaseClockMs`, `leaseMargin`): one timer for all runs, not one per run. The clock is also what
+ * makes a process that was paused (SIGSTOP, a long GC, a suspended machine) abort its handlers
+ * first thing after it resumes: Node runs expired timers in due order, and the clock's next tick
+ * is due before almost any timer a handler set; a handler that reads its signal first learns it
+ * from the signal itself.
  */
 import { performance } from 'node:perf_hooks';
 import type { LeaseRenewal } from '../store/job-store.js';
@@ -93,9 +95,14 @@ export class LeaseKeeper {
         // though lease_until did not move. The transaction re-syncs the lease when it rolls
         // back; a session that dies while it is open falls back to the last confirmed deadline.
         run.holdByLock(sentAt);
-      } else if (answer?.state === 'lost' && run.phase === 'running' && run.transaction === 'none') {
-        // Writing-phase runs settle ownership through their own compare-and-set; a run whose
-        // ctx.transaction is open or committing holds its row (or has just completed it).
+      } else if (
+        answer?.state === 'lost' &&
+        (run.phase === 'held' || run.phase === 'running') &&
+        run.transaction === 'none'
+      ) {
+        // A held run is dropped unstarted. Writing-phase runs settle ownership through their own
+        // compare-and-set; a run whose ctx.transaction is open or committing holds its row (or
+        // has just completed it).
         this.deps.onLost(run);
       }
     });

@@ -10,7 +10,7 @@ import {
   requireName,
 } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
-import type { Queue } from '../queue.js';
+import type { Queue, QueueOptions } from '../queue.js';
 import type { BackoffOptions, ClaimedJob, Logger } from '../types.js';
 
 /** What a handler receives besides the payload. */
@@ -93,6 +93,19 @@ export interface WorkerOptions {
    * own lease (default true). A completion is written within one turn of the event loop.
    */
   batchCompletions?: boolean;
+  /**
+   * How many jobs the worker may claim ahead of its free slots, held in claim order until a slot
+   * frees (default: `concurrency`, at least 50; at most 10 000). Claiming then overlaps running,
+   * in larger batches. Held jobs keep their leases (renewed like running ones) and are given back
+   * at once on stop(), without spending an attempt. `0` claims only for free slots: a worker
+   * then never holds a job it cannot start, which suits few, long jobs shared by many workers.
+   */
+  prefetch?: number;
+  /**
+   * The retention of the worker's own Queue (see QueueOptions.retention): only with
+   * `connectionString`; a `queue` you pass keeps its own.
+   */
+  retention?: QueueOptions['retention'];
 }
 
 /** Settings after validation and defaults. */
@@ -112,6 +125,7 @@ export interface WorkerSettings {
   backoff: BackoffOptions | null;
   logger: Logger | undefined;
   batchCompletions: boolean;
+  prefetch: number;
 }
 
 const KEYS = [
@@ -131,6 +145,8 @@ const KEYS = [
   'abortGraceMs',
   'logger',
   'batchCompletions',
+  'prefetch',
+  'retention',
 ];
 
 /** Validates the options of a Worker (everything but queue/connection). */
@@ -141,6 +157,8 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
   const backoff = opts.backoff === undefined ? null : optionsObject(opts.backoff, 'backoff');
   if (backoff) computeBackoff(1, backoff.baseMs, backoff.capMs, backoff.jitter); // validates
   const tasks = taskMap(opts.tasks);
+  const concurrency =
+    opts.concurrency === undefined ? 10 : requireInt(opts.concurrency, 'concurrency', 1, 10_000);
   return {
     workerId:
       opts.workerId === undefined
@@ -149,7 +167,7 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
     tasks,
     taskNames: [...tasks.keys()],
     queues: optionalNameList(opts.queues, 'queues'),
-    concurrency: opts.concurrency === undefined ? 10 : requireInt(opts.concurrency, 'concurrency', 1, 10_000),
+    concurrency,
     leaseMs: opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 100),
     pollIntervalMs:
       opts.pollIntervalMs === undefined
@@ -165,6 +183,10 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
     backoff,
     logger: opts.logger,
     batchCompletions: requireBoolean(opts.batchCompletions ?? true, 'batchCompletions'),
+    prefetch:
+      opts.prefetch === undefined
+        ? Math.min(10_000, Math.max(50, concurrency))
+        : requireInt(opts.prefetch, 'prefetch', 0, 10_000),
   };
 }
 

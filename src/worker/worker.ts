@@ -6,9 +6,11 @@
  *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
  *
  * While running, four loops cooperate, each with a tick() of its own:
- *   - ClaimLoop: claims free slots' worth of jobs on a hint, a due timer or the fallback poll;
- *   - LeaseKeeper: renews all leases in one statement every leaseMs / 3;
- *   - ReaperLoop: reclaims expired leases every reapIntervalMs (with jitter);
+ *   - ClaimLoop: claims up to `concurrency + prefetch` held jobs on a hint, a due timer, the
+ *     fallback poll or a freed slot, into the LocalQueue, from which free slots start them;
+ *   - LeaseKeeper: renews all leases (held and running) in one statement every leaseMs / 3;
+ *   - Reaper: reclaims expired leases every reapIntervalMs (with jitter); Pruner, with
+ *     `retention.keepFinishedMs` on the queue: deletes finished jobs past it (maintenance.ts);
  *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
  */
 import { EventEmitter } from 'node:events';
@@ -17,15 +19,16 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isMisconfiguration } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
-import { Queue } from '../queue.js';
+import { Queue, queueInternals } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
 import type { WorkerEvents } from './events.js';
 import { execute } from './job-executor.js';
-import { JobRun } from './job-run.js';
+import { JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
+import { LocalQueue } from './local-queue.js';
+import { Pruner, Reaper } from './maintenance.js';
 import { type WorkerOptions, type WorkerSettings, workerSettings } from './options.js';
-import { ReaperLoop } from './reaper-loop.js';
 
 type State = 'idle' | 'running' | 'stopping' | 'stopped';
 
@@ -45,6 +48,12 @@ export interface WorkerStats {
 
 /** How long the LISTEN self-check waits for its own notification. */
 const PROBE_TIMEOUT_MS = 5_000;
+/** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
+const PRUNE_INTERVAL_MS = 60_000;
+/** Finished jobs deleted per pruning statement: short transactions, small WAL bursts. */
+const PRUNE_BATCH = 1_000;
+/** Most jobs one claim statement takes (the Queue's own bound of `claim`). */
+const MAX_CLAIM_BATCH = 1_000;
 /** On stop, past the grace period: time for settled handlers' outcome statements. */
 const STOP_WRITE_ALLOWANCE_MS = 2_000;
 
@@ -85,11 +94,19 @@ export class Worker extends EventEmitter {
   readonly queue: Queue;
   private readonly settings: WorkerSettings;
   private readonly ownsQueue: boolean;
-  /** Running jobs by `id/attempt`: an old attempt still winding down never hides the new one. */
+  /**
+   * Every claim this worker holds, held (not started), running or writing its outcome, by
+   * `id/token`: an old claim still winding down never hides the new one.
+   */
   private readonly runs = new Map<string, JobRun>();
+  /** Claimed ahead of free slots, waiting to start (prefetch). */
+  private readonly localQueue = new LocalQueue();
+  /** Handlers running now (runs in phase 'running'): at most `concurrency`. */
+  private executing = 0;
   private readonly claimLoop: ClaimLoop;
   private readonly keeper: LeaseKeeper;
-  private readonly reaper: ReaperLoop;
+  private readonly reaper: Reaper;
+  private readonly pruner: Pruner | null;
   private readonly listener: NotificationListener | null;
   private readonly counters: Omit<WorkerStats, 'running'> = {
     claimed: 0,
@@ -117,6 +134,12 @@ export class Worker extends EventEmitter {
       if (options.connectionString !== undefined || options.schema !== undefined) {
         throw new ValidationError('queue', 'give either queue or connectionString/schema, not both');
       }
+      if (options.retention !== undefined) {
+        throw new ValidationError(
+          'retention',
+          'set it on the Queue you pass as `queue` (new Queue({ retention })), not on the Worker',
+        );
+      }
       this.queue = options.queue;
       this.ownsQueue = false;
     } else {
@@ -126,6 +149,7 @@ export class Worker extends EventEmitter {
         leaseMs: this.settings.leaseMs,
         poolSize: Math.min(this.settings.concurrency + 2, 20),
         preparedStatements: this.settings.preparedStatements ?? true,
+        ...(options.retention === undefined ? {} : { retention: options.retention }),
         ...(this.settings.logger ? { logger: this.settings.logger } : {}),
       });
       this.ownsQueue = true;
@@ -145,8 +169,8 @@ export class Worker extends EventEmitter {
           tasks: settings.taskNames,
           ...(settings.queues ? { queues: settings.queues } : {}),
         }),
-      freeSlots: () => (this.state === 'running' ? settings.concurrency - this.runs.size : 0),
-      run: (job, sentAt) => this.run(job, sentAt),
+      freeSlots: () => this.claimCapacity(),
+      accept: (jobs, sentAt) => this.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
       onError,
       pollIntervalMs: settings.pollIntervalMs,
@@ -154,6 +178,7 @@ export class Worker extends EventEmitter {
     this.keeper = new LeaseKeeper({
       intervalMs: Math.max(50, Math.floor(settings.leaseMs / 3)),
       runs: () => this.runs.values(),
+      clockMs: leaseClockMs(settings.leaseMs),
       renew: (runs) =>
         queue.renewLeases(
           this.workerId,
@@ -164,15 +189,31 @@ export class Worker extends EventEmitter {
       onCancelRequested: (run) => run.abort('cancel'),
       onError,
     });
-    this.reaper = new ReaperLoop({
-      intervalMs: settings.reapIntervalMs,
-      reap: () => queue.reap(),
-      onReaped: (ids) => {
-        this.emit('reaped', { ids });
-        this.claimLoop.wake();
+    this.reaper = new Reaper(
+      { intervalMs: settings.reapIntervalMs, onError },
+      {
+        reap: () => queue.reap(),
+        onReaped: (ids) => {
+          this.emit('reaped', { ids });
+          this.claimLoop.wake();
+        },
       },
-      onError,
-    });
+    );
+    const { keepFinishedMs } = queueInternals(queue).retention;
+    this.pruner =
+      keepFinishedMs === null
+        ? null
+        : new Pruner(
+            { intervalMs: Math.min(keepFinishedMs, PRUNE_INTERVAL_MS), onError },
+            {
+              batchSize: PRUNE_BATCH,
+              pruneBatch: (limit) => {
+                const { store, pool } = queueInternals(queue);
+                return store.pruneFinished(pool, keepFinishedMs, limit);
+              },
+              onPruned: (deleted) => this.emit('pruned', { deleted }),
+            },
+          );
     this.completions = settings.batchCompletions
       ? new Batcher(
           async (items) => (await queue.completeMany(items)).map((value) => ({ ok: true as const, value })),
@@ -205,6 +246,7 @@ export class Worker extends EventEmitter {
       await this.listener?.start();
       this.keeper.start();
       this.reaper.start();
+      this.pruner?.start();
       for (let failures = 0; ; failures++) {
         try {
           await this.claimLoop.start();
@@ -259,14 +301,14 @@ export class Worker extends EventEmitter {
     return this.stopping;
   }
 
-  /** Counters since start, and the jobs running now. */
+  /** Counters since start, and the jobs running now (started, outcome not yet written). */
   stats(): WorkerStats {
-    return { running: this.runs.size, ...this.counters };
+    return { running: this.runs.size - this.localQueue.size, ...this.counters };
   }
 
-  /** The jobs this worker is running now. */
+  /** The jobs this worker is running now (not those claimed ahead and still waiting to start). */
   runningJobs(): ClaimedJob[] {
-    return [...this.runs.values()].map((run) => run.job);
+    return [...this.runs.values()].filter((run) => run.phase !== 'held').map((run) => run.job);
   }
 
   /** Loops' single steps, for tests and for callers that need determinism. */
@@ -274,12 +316,18 @@ export class Worker extends EventEmitter {
     claim: () => this.claimLoop.tick(),
     renewLeases: () => this.keeper.tick(),
     reap: () => this.reaper.tick(),
+    prune: () => this.pruner?.tick() ?? Promise.resolve(),
   };
 
   private async drain(timeoutMs: number): Promise<void> {
     this.state = 'stopping';
     await this.claimLoop.stop(); // a claim in flight gives its jobs back
+    const held = this.localQueue.close();
+    for (const run of held) this.runs.delete(run.key);
+    await this.giveBack(held.map((run) => run.job));
+    for (const run of held) run.finish();
     await this.reaper.stop();
+    await this.pruner?.stop();
     if (!(await this.allSettled(timeoutMs))) {
       for (const run of this.runs.values()) run.abort('shutdown');
       // Settled handlers write their outcome now; runaways are abandoned after the grace period.
@@ -312,21 +360,25 @@ export class Worker extends EventEmitter {
     return done && this.runs.size === 0;
   }
 
-  /** Jobs claimed while stopping: back to pending at once, attempt not spent. */
+  /** Jobs claimed but never started, on stop: back to pending at once in one statement, attempt not spent. */
   private async giveBack(jobs: ClaimedJob[]): Promise<void> {
-    await Promise.all(
-      jobs.map((job) =>
-        this.queue.release(job).then(
-          (released) => {
-            if (!released) return;
-            this.count('job:released');
-            this.emit('job:released', { job });
-          },
-          (error: unknown) =>
-            this.reportError(error, `giving back job ${job.id} on stop (its lease will expire)`),
-        ),
-      ),
-    );
+    if (jobs.length === 0) return;
+    let released: boolean[];
+    try {
+      const { store, pool } = queueInternals(this.queue);
+      released = await store.releaseMany(pool, jobs);
+    } catch (error) {
+      this.reportError(
+        error,
+        `giving back ${jobs.length} unstarted job(s) on stop (their leases will expire)`,
+      );
+      return;
+    }
+    jobs.forEach((job, i) => {
+      if (!released[i]) return;
+      this.count('job:released');
+      this.emit('job:released', { job });
+    });
   }
 
   private async shutdown(): Promise<void> {
@@ -334,6 +386,7 @@ export class Worker extends EventEmitter {
     this.probe = null;
     await this.claimLoop.stop();
     await this.reaper.stop();
+    await this.pruner?.stop();
     await this.keeper.stop();
     for (const run of this.runs.values()) run.finish();
     for (const run of this.runaways) run.finish();
@@ -365,18 +418,52 @@ export class Worker extends EventEmitter {
     return this.settled.get(run.key) ?? Promise.resolve();
   }
 
-  /** Starts a claimed job in a free slot; `sentAt` is when its claim was sent. */
-  private run(job: ClaimedJob, sentAt: number): void {
-    const task = this.settings.tasks.get(job.task);
-    const run = new JobRun(job, {
-      timeoutMs: job.timeoutMs ?? task?.timeoutMs ?? null,
-      leaseMs: this.settings.leaseMs,
-      graceMs: this.settings.abortGraceMs,
-      claimSentAt: sentAt,
-      onLeaseExpired: (expired) => this.leaseExpired(expired),
+  /**
+   * How many more jobs a claim may take now: up to `concurrency + prefetch` claims held in all
+   * (waiting, running or writing their outcome). Nothing while stopping. A small gap is left for
+   * later while jobs still wait locally, so claims come in batches rather than one per freed slot.
+   */
+  private claimCapacity(): number {
+    if (this.state !== 'running') return 0;
+    const { concurrency, prefetch } = this.settings;
+    const room = concurrency + prefetch - this.runs.size;
+    if (this.localQueue.size > 0 && room < Math.max(1, Math.floor((concurrency + prefetch) / 4))) return 0;
+    return Math.min(room, MAX_CLAIM_BATCH);
+  }
+
+  /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
+  private accept(jobs: ClaimedJob[], sentAt: number): void {
+    const runs = jobs.map((job) => {
+      const run = new JobRun(job, {
+        timeoutMs: job.timeoutMs ?? this.settings.tasks.get(job.task)?.timeoutMs ?? null,
+        leaseMs: this.settings.leaseMs,
+        graceMs: this.settings.abortGraceMs,
+        claimSentAt: sentAt,
+        onLeaseExpired: (expired) => this.leaseExpired(expired),
+      });
+      this.runs.set(run.key, run);
+      return run;
     });
-    this.counters.claimed++;
-    this.runs.set(run.key, run);
+    this.counters.claimed += runs.length;
+    this.localQueue.push(runs);
+    this.dispatch();
+  }
+
+  /** Starts held jobs while slots are free. */
+  private dispatch(): void {
+    while (this.executing < this.settings.concurrency && this.state === 'running') {
+      const run = this.localQueue.take();
+      if (run === null) return;
+      this.startRun(run);
+    }
+  }
+
+  /** Starts a held run's handler in a free slot. */
+  private startRun(run: JobRun): void {
+    const { job } = run;
+    const task = this.settings.tasks.get(job.task);
+    run.start();
+    this.executing++;
     const handler =
       task?.handler ??
       (() => {
@@ -394,9 +481,19 @@ export class Worker extends EventEmitter {
         this.emit(event, payload);
       },
       onError: (error, during) => this.reportError(error, during),
+      // The handler settled (or was given up on): its slot starts the next held job while the
+      // outcome is written (claims stay bounded by concurrency + prefetch until it is).
+      onSettled: () => {
+        this.executing--;
+        this.dispatch();
+      },
     })
       .catch((error: unknown) => this.reportError(error, `running job ${job.id}`))
       .finally(() => {
+        if (run.phase === 'running') {
+          this.executing--; // execute() failed before the handler settled
+          this.dispatch();
+        }
         if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
         else run.finish();
         this.runs.delete(run.key);
@@ -423,6 +520,10 @@ export class Worker extends EventEmitter {
 
   /** The renewal came back without this lease: someone else may own the job now. */
   private leaseLost(run: JobRun): void {
+    if (run.phase === 'held') {
+      this.dropHeld(run);
+      return;
+    }
     if (run.phase !== 'running' || run.abortReason === 'lost') return;
     if (run.abortReason === null) run.abort('lost');
     else run.abortReason = 'lost'; // already aborted (deadline, cancel, stop): write nothing now
@@ -439,15 +540,32 @@ export class Worker extends EventEmitter {
     // A COMMIT in flight decides by itself whether the completion happened under the lease; if
     // it fails, the run calls this again.
     if (run.transaction === 'committing' || run.transaction === 'committed') return;
+    if (run.phase === 'held') {
+      this.dropHeld(run);
+      return;
+    }
     run.cutOpenTransaction();
     if (run.phase !== 'running' || run.runaway) return;
     this.leaseLost(run);
   }
 
+  /**
+   * A held job's lease is gone before it started: it is never started here (the database hands
+   * it to another worker once the lease has expired there too). Reported as a lost lease.
+   */
+  private dropHeld(run: JobRun): void {
+    run.finish();
+    this.runs.delete(run.key);
+    this.count('lease:lost');
+    this.emit('lease:lost', { job: run.job });
+    this.claimLoop.slotFreed();
+  }
+
   private notified(payload: string): void {
     if (payload.startsWith('cancel:')) {
       const id = payload.slice('cancel:'.length);
-      for (const run of this.runs.values()) if (run.job.id === id) run.abort('cancel');
+      for (const run of this.runs.values())
+        if (run.job.id === id && run.phase === 'running') run.abort('cancel');
     } else if (payload.startsWith('probe:')) {
       if (this.probe?.token === payload) {
         clearTimeout(this.probe.timer);

@@ -381,7 +381,8 @@ describe('worker life cycle', () => {
       },
       leaseMs: 60_000,
       reapIntervalMs: 3_600_000,
-      concurrency: 1, // the old handler holds the only slot: the worker cannot claim it again itself
+      concurrency: 1, // the old handler holds the only slot and nothing is claimed ahead:
+      prefetch: 0, // the worker cannot claim the job again itself
     });
     const lost = nextEvent(worker, 'lease:lost', (e) => e.job.task === 'life.lost.aba');
     const { id } = await queue.enqueue('life.lost.aba', {}, { maxAttempts: 3 });

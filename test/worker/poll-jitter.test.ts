@@ -28,7 +28,7 @@ test('each poll delay is pollIntervalMs ± 25 %, drawn anew each time', async ()
     },
     nextDueInMs: async () => null,
     freeSlots: () => 10,
-    run: () => undefined,
+    accept: () => undefined,
     giveBack: async () => undefined,
     onError: (error) => {
       throw error;

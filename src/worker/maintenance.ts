@@ -1,0 +1,116 @@
+/**
+ * Maintenance services (SPEC §1.5, §7): work any worker may do for the whole queue, safe from
+ * many workers at once — each step is a compare-and-set or takes its rows with SKIP LOCKED.
+ * One base for all of them: start() schedules tick() every `intervalMs` ± 20 % (so a fleet
+ * started together does not act in lockstep; the first tick comes at a random point of the first
+ * interval), stop() cancels the next tick and waits for one in flight, and tick() is one step,
+ * which tests drive directly, without timers.
+ *
+ *   stopped ──start()──▶ started ──stop()──▶ stopped
+ *
+ * The reaper reclaims expired leases; the pruner deletes finished jobs past the retention
+ * period (`retention.keepFinishedMs`).
+ */
+export interface ServiceDeps {
+  intervalMs: number;
+  onError(error: unknown, during: string): void;
+}
+
+export abstract class MaintenanceService {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = true;
+  /** stop() was called (a long step checks it between batches); start() clears it. */
+  protected stopRequested = false;
+
+  constructor(protected readonly deps: ServiceDeps) {}
+
+  /** What the service does, for error reports ("reaping expired leases"). */
+  protected abstract readonly doing: string;
+
+  /** One step of the service. Errors are reported, never thrown. */
+  protected abstract step(): Promise<void>;
+
+  start(): void {
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.stopRequested = false;
+    this.schedule(Math.random() * this.deps.intervalMs);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.stopRequested = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    await this.running;
+  }
+
+  /** Runs one step now. */
+  async tick(): Promise<void> {
+    try {
+      await this.step();
+    } catch (error) {
+      this.deps.onError(error, this.doing);
+    }
+  }
+
+  private schedule(delay: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.running = this.tick().finally(() => {
+        this.running = null;
+        this.schedule(this.deps.intervalMs * (0.8 + Math.random() * 0.4));
+      });
+    }, delay);
+  }
+}
+
+/** Reclaims running jobs whose lease expired (SPEC §1.5). */
+export class Reaper extends MaintenanceService {
+  protected readonly doing = 'reaping expired leases';
+
+  constructor(
+    deps: ServiceDeps,
+    private readonly ops: { reap(): Promise<string[]>; onReaped(ids: string[]): void },
+  ) {
+    super(deps);
+  }
+
+  protected async step(): Promise<void> {
+    const ids = await this.ops.reap();
+    if (ids.length > 0) this.ops.onReaped(ids);
+  }
+}
+
+/**
+ * Deletes finished jobs older than the retention period (SPEC §7), in batches of `batchSize`,
+ * each its own short statement that skips rows locked by anyone else; between batches it yields
+ * to the event loop and stops as soon as the worker stops.
+ */
+export class Pruner extends MaintenanceService {
+  protected readonly doing = 'pruning finished jobs';
+
+  constructor(
+    deps: ServiceDeps,
+    private readonly ops: {
+      batchSize: number;
+      pruneBatch(limit: number): Promise<number>;
+      onPruned(deleted: number): void;
+    },
+  ) {
+    super(deps);
+  }
+
+  protected async step(): Promise<void> {
+    let total = 0;
+    for (;;) {
+      const deleted = await this.ops.pruneBatch(this.ops.batchSize);
+      total += deleted;
+      if (deleted < this.ops.batchSize || this.stopRequested) break;
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    if (total > 0) this.ops.onPruned(total);
+  }
+}

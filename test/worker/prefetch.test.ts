@@ -1,0 +1,184 @@
+/**
+ * Prefetch (SPEC §3, §7): a worker claims up to `prefetch` jobs ahead of its free slots and
+ * holds them in its local queue. What may never happen to a held job: it is started after its
+ * lease was lost (someone else may run it), it is started after stop() began, it spends an
+ * attempt without having run, or it is cancelled and still runs. And the worker never holds
+ * more than `concurrency + prefetch` jobs, nor runs more than `concurrency` handlers at once.
+ *
+ * Deliberate breaks seen failing (each undone):
+ *  - LocalQueue.take() without its lease check: the lost-lease test saw the handler run for a job
+ *    the test had claimed meanwhile.
+ *  - Worker.drain() without giving back the local queue: the stop test found the held jobs
+ *    still running (owned by a stopped worker) instead of pending with 0 attempts.
+ *  - JobRun.abort() ignoring a cancel while held: the cancel test saw the handler run.
+ *  - claimCapacity() without `- this.runs.size`: the bound test saw 40 jobs held at once.
+ */
+import { expect, test } from 'vitest';
+import { useTestDatabase } from '../support/database.js';
+import { gate, nextEvent, recordEvents, startWorker, within } from './helpers.js';
+
+const db = useTestDatabase();
+
+async function statusesOf(ids: string[]): Promise<Map<string, { status: string; attempts: number }>> {
+  const rows = await db.sql<{ id: string; status: string; attempts: number }>(
+    `SELECT id::text AS id, status, attempts FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
+    [ids],
+  );
+  return new Map(rows.map((r) => [r.id, { status: r.status, attempts: r.attempts }]));
+}
+
+test('held jobs: never more than concurrency + prefetch claimed, never more than concurrency running', async () => {
+  const queue = db.queue();
+  let running = 0;
+  let peak = 0;
+  let peakHeld = 0;
+  const release = gate();
+  const worker = await startWorker(db, {
+    tasks: {
+      'pf.bound': async () => {
+        running++;
+        peak = Math.max(peak, running);
+        await release.promise;
+        running--;
+      },
+    },
+    concurrency: 4,
+    prefetch: 6,
+  });
+  const heldNow = async () => {
+    const [row] = await db.sql<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${db.jobs} WHERE status = 'running' AND worker_id = $1`,
+      [worker.workerId],
+    );
+    peakHeld = Math.max(peakHeld, row?.n ?? 0);
+    return row?.n;
+  };
+  const jobs = await queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'pf.bound', payload: {} })));
+  // Every claim is in the database: count this worker's running rows while handlers are blocked.
+  await expect.poll(heldNow).toBe(10);
+  // More work and more wake-ups while full: nothing more is claimed.
+  jobs.push(
+    ...(await queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'pf.bound', payload: {} })))),
+  );
+  await worker.tick.claim();
+  await worker.tick.claim();
+  expect(await heldNow()).toBe(10);
+  expect(worker.stats().running).toBe(4);
+  expect(worker.runningJobs()).toHaveLength(4);
+  release.open();
+  await expect.poll(() => worker.stats().done, { timeout: 10_000 }).toBe(60);
+  expect(peak).toBe(4);
+  expect(peakHeld).toBe(10);
+  const statuses = await statusesOf(jobs.map((j) => j.id));
+  expect([...statuses.values()].every((s) => s.status === 'done' && s.attempts === 1)).toBe(true);
+});
+
+test('stop(): held jobs go back to pending at once with their attempt given back, and never start', async () => {
+  const queue = db.queue();
+  const started: string[] = [];
+  const blocking = gate();
+  const worker = await startWorker(db, {
+    tasks: {
+      'pf.stop': async (_p: unknown, { job }) => {
+        started.push(job.id);
+        await blocking.promise;
+      },
+    },
+    concurrency: 2,
+    prefetch: 5,
+  });
+  const events = recordEvents(worker);
+  const jobs = await queue.enqueueMany(Array.from({ length: 7 }, () => ({ task: 'pf.stop', payload: {} })));
+  await expect.poll(() => started.length).toBe(2);
+  await expect
+    .poll(
+      async () =>
+        [...(await statusesOf(jobs.map((j) => j.id))).values()].filter((s) => s.status === 'running').length,
+    )
+    .toBe(7);
+  const stopping = worker.stop({ timeoutMs: 10_000 });
+  // The five held jobs are pending again while the two running ones are still being waited for.
+  const held = jobs.map((j) => j.id).filter((id) => !started.includes(id));
+  await expect
+    .poll(async () => [...(await statusesOf(held)).values()].map((s) => `${s.status}/${s.attempts}`))
+    .toEqual(Array(5).fill('pending/0'));
+  expect(
+    events
+      .filter((e) => e.name === 'job:released')
+      .map((e) => e.jobId)
+      .sort(),
+  ).toEqual([...held].sort());
+  blocking.open();
+  await stopping;
+  expect(started).toHaveLength(2);
+  const after = await statusesOf(jobs.map((j) => j.id));
+  for (const id of started) expect(after.get(id)).toEqual({ status: 'done', attempts: 1 });
+  for (const id of held) expect(after.get(id)).toEqual({ status: 'pending', attempts: 0 });
+  expect(events.some((e) => e.name === 'job:start' && held.includes(e.jobId as string))).toBe(false);
+});
+
+test('a held job whose lease is lost while it waits is never started here', async () => {
+  const queue = db.queue();
+  const started: string[] = [];
+  const blocking = gate();
+  const worker = await startWorker(db, {
+    tasks: {
+      'pf.lost': async (_p: unknown, { job }) => {
+        started.push(job.id);
+        if (started.length === 1) await blocking.promise;
+      },
+    },
+    concurrency: 1,
+    prefetch: 1,
+    leaseMs: 60_000,
+    reapIntervalMs: 3_600_000,
+  });
+  const first = await queue.enqueue('pf.lost', {});
+  await expect.poll(() => started).toEqual([first.id]);
+  const second = await queue.enqueue('pf.lost', {});
+  await expect.poll(async () => (await queue.get(second.id))?.status).toBe('running'); // held
+  expect(started).toEqual([first.id]);
+
+  // Its lease expires and the job changes hands while it is still held.
+  const lost = nextEvent(worker, 'lease:lost', (e) => e.job.id === second.id);
+  await db.expireLease(second.id);
+  expect(await queue.reap()).toEqual([second.id]);
+  const [other] = await queue.claim('another-worker', { tasks: ['pf.lost'] });
+  expect(other?.id).toBe(second.id);
+  await worker.tick.renewLeases();
+  await within(lost, 2_000, 'lease:lost for the held job');
+
+  blocking.open();
+  await expect.poll(() => worker.stats().done).toBe(1);
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  expect(started).toEqual([first.id]); // the held job never started here
+  expect(await queue.get(second.id)).toMatchObject({ status: 'running', workerId: 'another-worker' });
+  expect(await queue.complete(other!, 'by the other worker')).toBe(true);
+});
+
+test('a job cancelled while it waits in the local queue ends cancelled and its handler never runs', async () => {
+  const queue = db.queue();
+  const started: string[] = [];
+  const blocking = gate();
+  const worker = await startWorker(db, {
+    tasks: {
+      'pf.cancel': async (_p: unknown, { job }) => {
+        started.push(job.id);
+        if (started.length === 1) await blocking.promise;
+      },
+    },
+    concurrency: 1,
+    prefetch: 1,
+  });
+  const first = await queue.enqueue('pf.cancel', {});
+  await expect.poll(() => started).toEqual([first.id]);
+  const second = await queue.enqueue('pf.cancel', {});
+  await expect.poll(async () => (await queue.get(second.id))?.status).toBe('running'); // held
+  const cancelled = nextEvent(worker, 'job:cancelled', (e) => e.job.id === second.id);
+  expect(await queue.cancelOrThrow(second.id)).toMatchObject({ wasRunning: true });
+  await worker.tick.renewLeases(); // hears the request even if the NOTIFY were lost
+  blocking.open();
+  await within(cancelled, 5_000, 'job:cancelled for the held job');
+  expect(started).toEqual([first.id]);
+  expect(await queue.get(second.id)).toMatchObject({ status: 'cancelled' });
+});
