@@ -21,6 +21,8 @@ export interface ChildSpec {
   expect: number;
   /** The child exits (code 4) if still running after this long. */
   lifetimeMs: number;
+  /** W2d: completed jobs deleted. */
+  deleteCompleted?: boolean;
 }
 
 export interface ChildResult {
@@ -84,7 +86,12 @@ async function main(): Promise<void> {
   const startedAt = wallNow();
   try {
     consumer = await withTimeout(
-      driver.consumer({ concurrency: spec.concurrency, onJob, onError }),
+      driver.consumer({
+        concurrency: spec.concurrency,
+        onJob,
+        onError,
+        ...(spec.deleteCompleted ? { deleteCompleted: true } : {}),
+      }),
       60_000,
       `${spec.system} consumer start`,
     );

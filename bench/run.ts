@@ -37,6 +37,7 @@ function log(message: string): void {
 const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunContext) => Promise<Metrics>>> = {
   W1: w1,
   W2: w2,
+  W2d: (driver, ctx) => w2(driver, ctx, true),
   W3: w3,
   W4: w4,
   W5: w5,
@@ -48,6 +49,7 @@ function headline(workload: WorkloadName, m: Metrics): string {
     case 'W3':
       return `p50 ${fmt(m.p50 ?? Number.NaN)} ms, p95 ${fmt(m.p95 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     case 'W2':
+    case 'W2d':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (all handlers ran after ${fmt(m.handlersDoneMs ?? Number.NaN)} ms, all finished after ${fmt(m.drainMs ?? Number.NaN)} ms; worker start ${fmt(m.startupMs ?? Number.NaN)} ms), peak RSS ${fmt(m.rssMb ?? Number.NaN)} MB${m.extraRuns ? `, ${m.extraRuns} extra handler runs` : ''}`;
     case 'W5':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
@@ -91,6 +93,7 @@ async function runWorkloads(
     for (let rep = 0; rep < config.sizes.reps; rep++) {
       const order = rep % 2 === 0 ? drivers : [...drivers].reverse();
       for (const driver of order) {
+        if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;
         if (cell.failed) continue;

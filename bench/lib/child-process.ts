@@ -35,8 +35,11 @@ export class WorkerChild {
 
   /** Forks a worker child and waits until its consumer runs. */
   static async start(spec: ChildSpec, timeoutMs = 60_000): Promise<{ child: WorkerChild; ready: Message }> {
+    // BENCH_PROFILE_DIR=dir: each worker child writes a CPU profile there (for the report's misses).
+    const profile = process.env.BENCH_PROFILE_DIR;
     const proc = fork(CHILD_PATH, [JSON.stringify(spec)], {
       execPath: process.execPath,
+      execArgv: profile ? ['--cpu-prof', `--cpu-prof-dir=${profile}`] : [],
       serialization: 'advanced',
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
@@ -89,6 +92,9 @@ export class WorkerChild {
 
   /** SIGKILL for this one child, unless it already exited. */
   kill(): void {
-    if (this.child.exitCode === null && this.child.signalCode === null) this.child.kill('SIGKILL');
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    // A profiling child writes its profile as it exits: give it a moment first.
+    if (process.env.BENCH_PROFILE_DIR) setTimeout(() => this.kill(), 3_000).unref();
+    else this.child.kill('SIGKILL');
   }
 }

@@ -1,7 +1,7 @@
 /** Command line and sizes of every workload (full run, or --quick smoke run). */
 import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
 
-export const WORKLOADS = ['W1', 'W2', 'W3', 'W4', 'W5', 'W6', 'pgbench'] as const;
+export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'pgbench'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface Sizes {

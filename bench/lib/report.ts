@@ -48,6 +48,14 @@ export function rows(config: Config): Row[] {
       better: 'higher',
     },
     {
+      workload: 'W2d',
+      metric: 'jobsPerSec',
+      label: `W2d the same, completed jobs deleted (Skiplock retention: { completed: 'delete' }; graphile-worker always deletes)`,
+      short: 'W2d drain, deleted',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
       workload: 'W3',
       metric: 'p50',
       label: `W3 wake-up p50 (${s.w3Jobs} jobs ${s.w3IntervalMs} ms apart)`,

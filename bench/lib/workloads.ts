@@ -77,7 +77,7 @@ export async function w1(driver: SystemDriver, ctx: RunContext): Promise<Metrics
  * Timed from the first handler start until the system's storage has no unfinished job left (so
  * buffered completions count); the process's peak RSS is its getrusage maxrss.
  */
-export async function w2(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+export async function w2(driver: SystemDriver, ctx: RunContext, deleteCompleted = false): Promise<Metrics> {
   const { w2Jobs, w2Concurrency, w1Chunk } = ctx.sizes;
   await withTimeout(driver.reset(), 120_000, 'reset');
   await using(async (defer) => {
@@ -94,6 +94,7 @@ export async function w2(driver: SystemDriver, ctx: RunContext): Promise<Metrics
     mode: 'drain',
     concurrency: w2Concurrency,
     expect: w2Jobs,
+    ...(deleteCompleted ? { deleteCompleted: true } : {}),
     lifetimeMs: drainLimit + 120_000,
   });
   try {

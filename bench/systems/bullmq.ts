@@ -46,6 +46,7 @@ interface IORedis {
 
 export class BullMQDriver implements SystemDriver {
   readonly name = 'bullmq' as const;
+  readonly deletesCompleted = 'no' as const;
   private mod: BullMQ | null = null;
   private counter: BullQueue | null = null;
 

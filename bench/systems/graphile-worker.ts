@@ -37,6 +37,7 @@ function poolSize(concurrency: number): number {
 
 export class GraphileWorkerDriver implements SystemDriver {
   readonly name = 'graphile-worker' as const;
+  readonly deletesCompleted = 'always' as const;
   private mod: GraphileWorker | null = null;
 
   constructor(private readonly env: BenchEnv) {}

@@ -39,6 +39,7 @@ function batchSize(concurrency: number): number {
 
 export class PgBossDriver implements SystemDriver {
   readonly name = 'pg-boss' as const;
+  readonly deletesCompleted = 'no' as const;
   private mod: PgBossModule | null = null;
 
   constructor(private readonly env: BenchEnv) {}

@@ -14,6 +14,7 @@ export const SKIPLOCK_SCHEMA = 'bench_skiplock';
 
 export class SkiplockDriver implements SystemDriver {
   readonly name = 'skiplock' as const;
+  readonly deletesCompleted = 'option' as const;
   private counter: Queue | null = null;
 
   constructor(
@@ -73,6 +74,7 @@ export class SkiplockDriver implements SystemDriver {
       connectionString: this.env.databaseUrl,
       schema: this.schema,
       concurrency: options.concurrency,
+      ...(options.deleteCompleted ? { retention: { completed: 'delete' as const } } : {}),
       tasks: {
         [TASK]: (payload: BenchPayload) => {
           options.onJob(payload);

@@ -40,6 +40,8 @@ export interface ConsumerOptions {
   onJob(payload: BenchPayload): void;
   /** Called with errors the system reports in the background (logged by the caller). */
   onError(error: unknown): void;
+  /** W2d: completed jobs are deleted, not kept (the system's own option for it). */
+  deleteCompleted?: boolean;
 }
 
 export interface Consumer {
@@ -53,6 +55,11 @@ export interface SystemDriver {
   version(): Promise<string>;
   /** The settings used, in words, for the report. */
   settings(concurrency: number): string;
+  /**
+   * W2d: how the system can delete completed jobs — always (its only mode), by an option of the
+   * consumer, or not at all (then W2d is not run for it).
+   */
+  readonly deletesCompleted: 'always' | 'option' | 'no';
   /** null when the system can run here; otherwise why not (e.g. Redis does not answer). */
   unavailable(): Promise<string | null>;
   /** Drops this system's schema (or keys) and installs it afresh. */

@@ -120,21 +120,16 @@ export function buildStatements(s: string) {
       WHERE dedupe_key = ANY($1::text[]) AND ${ACTIVE}`,
 
     /**
-     * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED and claim in the same UPDATE;
-     * §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1, never
-     * reused); §1.4 lease and run_after in database time.
+     * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED (`pick_pending`, migration 5: always
+     * the ordered walk of the claim index, whatever the statistics) and claim in the same
+     * UPDATE; §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1,
+     * never reused); §1.4 lease and run_after in database time.
      * Rows come back in claim order (microsecond run_after, numeric id).
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
      */
     claim: `
       WITH picked AS MATERIALIZED (
-        SELECT id FROM ${jobs}
-        WHERE status = 'pending' AND run_after <= now()
-          AND ($3::text[] IS NULL OR task = ANY($3::text[]))
-          AND ($4::text[] IS NULL OR queue = ANY($4::text[]))
-        ORDER BY priority, run_after, id
-        LIMIT $2
-        FOR UPDATE SKIP LOCKED
+        SELECT p.id FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) AS p(id)
       )
       , claimed AS (
         UPDATE ${jobs} SET
@@ -142,7 +137,9 @@ export function buildStatements(s: string) {
           attempted_by = ${APPEND_ATTEMPTED_BY},
           lease_until = now() + $5::float8 * interval '1 millisecond',
           run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
-        WHERE id IN (SELECT id FROM picked) AND status = 'pending'
+        -- by primary key whatever the statistics (a status test the planner can match to a
+        -- partial index made it scan every pending row on a never-analyzed table)
+        WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
         RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
       )
       SELECT * FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
