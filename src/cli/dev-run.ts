@@ -7,7 +7,7 @@ import { Queue } from '../queue.js';
 import { Worker } from '../worker/worker.js';
 import { SIGNAL_ECHO_MS } from './context.js';
 import { demoJob, demoTasks, startProducer } from './demo-tasks.js';
-import type { DevFlags } from './dev.js';
+import type { DevFlags } from './dev-flags.js';
 import { style } from './format.js';
 
 export async function runDev(flags: DevFlags, schema: string): Promise<void> {

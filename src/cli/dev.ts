@@ -1,13 +1,7 @@
 import type { Command } from 'commander';
 import type { GlobalOptions } from './context.js';
+import type { DevFlags } from './dev-flags.js';
 import { port, positiveInt } from './parse.js';
-
-export interface DevFlags {
-  port?: number;
-  dataDir: string;
-  rate: number;
-  demo: boolean;
-}
 
 /** `skiplock dev`: embedded PostgreSQL + migrate + demo worker and producer + dashboard. */
 export function registerDev(program: Command): void {
