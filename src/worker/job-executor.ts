@@ -14,21 +14,23 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
+import { errorText } from '../core/error-text.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
 import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
+import type { Engine } from '../engine/engine.js';
 import { DatabaseError, LeaseLostError, WorkerStoppingError } from '../errors.js';
-import { type Queue, queueInternals } from '../queue.js';
-import type { JobStore } from '../store/job-store.js';
-import type { BackoffOptions, ClaimedJob } from '../types.js';
+import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
 import type { Handler, JobContext } from './options.js';
 
 export interface ExecutorDeps {
-  queue: Queue;
-  /** Completes one job: through the worker's completion batcher, or queue.complete. */
-  complete(lease: ClaimedJob, result: unknown): Promise<boolean>;
+  /** The queue's engine: every outcome is written by its completer. */
+  engine: Engine;
+  /** Completions share a statement with those that finish together (the Worker's `batchCompletions`). */
+  batchCompletions: boolean;
+  /** The worker's own backoff, else the queue's. */
   backoff: BackoffOptions | null;
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
   onError(error: unknown, during: string): void;
@@ -43,7 +45,7 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   const settled: Promise<HandlerOutcome> =
     run.abortReason === 'cancel'
       ? Promise.resolve({ kind: 'error', error: run.signal.reason })
-      : callHandler(run, handler, deps.queue);
+      : callHandler(run, handler, deps.engine);
   const outcome = await Promise.race([settled, run.abandoned]);
   run.clearTimers();
   run.phase = 'writing';
@@ -62,14 +64,14 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 
-function callHandler(run: JobRun, handler: Handler, queue: Queue): Promise<HandlerOutcome> {
+function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<HandlerOutcome> {
   const ctx: JobContext = {
     job: run.job,
     // Made when first read: most handlers never look at it.
     get signal() {
       return run.signal;
     },
-    transaction: (fn) => completeInTransaction(run, queue, fn),
+    transaction: (fn) => completeInTransaction(run, engine, fn),
   };
   return (async (): Promise<HandlerOutcome> => {
     try {
@@ -99,13 +101,14 @@ function assertOwned(run: JobRun): void {
  */
 async function completeInTransaction<T>(
   run: JobRun,
-  queue: Queue,
+  engine: Engine,
   fn: (client: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
   if (run.transactionUsed) throw new Error('ctx.transaction() may be called once per job');
   run.transactionUsed = true;
   assertOwned(run);
-  const { pool, store } = queueInternals(queue);
+  engine.assertOpen();
+  const { pool, store, completer } = engine;
   const value = await withSession(pool, async (session, markBroken) => {
     // The row lock is what makes the job ours while the transaction is open: if the session
     // dies then, the lock is gone and the job may be reaped at once — the lease ends now.
@@ -127,7 +130,7 @@ async function completeInTransaction<T>(
         result = await fn(session as unknown as pg.PoolClient);
         assertOwned(run); // deadline, cancel, lost or stop while fn ran: roll back
         const resultJson = toJsonText(result, 'result');
-        if (!(await store.complete(session, run.job, resultJson))) throw new LeaseLostError(run.job.id);
+        if (!(await completer.complete(run.job, resultJson, session))) throw new LeaseLostError(run.job.id);
         assertOwned(run);
       } catch (error) {
         await rollBack(run, session, store, markBroken);
@@ -164,7 +167,7 @@ async function completeInTransaction<T>(
 async function rollBack(
   run: JobRun,
   session: SessionExecutor,
-  store: JobStore,
+  store: Engine['store'],
   markBroken: (error: unknown) => void,
 ): Promise<void> {
   const wasOpen = run.transaction === 'open';
@@ -206,6 +209,7 @@ async function statement(
 
 async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: ExecutorDeps): Promise<void> {
   const { job } = run;
+  const { completer } = deps.engine;
   const durationMs = run.durationMs;
   if (outcome.kind === 'committed') {
     deps.emit('job:done', { job, result: outcome.value, durationMs });
@@ -218,16 +222,14 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
     // returned a value did the work and completes.
     if (outcome.kind === 'abandoned') return;
     if (outcome.kind === 'error') {
-      const released = await persist(run, deps, 'releasing a job on stop', () => deps.queue.release(job));
+      const released = await persist(run, deps, 'releasing a job on stop', () => completer.release(job));
       if (released) deps.emit('job:released', { job });
       else if (released === false) deps.emit('lease:lost', { job });
       return;
     }
   }
   if (run.abortReason === 'cancel') {
-    const ok = await persist(run, deps, 'recording a cancellation', () =>
-      deps.queue.completeCancellation(job),
-    );
+    const ok = await persist(run, deps, 'recording a cancellation', () => completer.cancel(job));
     if (ok) deps.emit('job:cancelled', { job, durationMs });
     else if (ok === false) deps.emit('lease:lost', { job });
     return;
@@ -238,22 +240,24 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   } else if (outcome.kind === 'error') {
     error = outcome.error;
   } else if (outcome.kind === 'result') {
-    const unserialisable = resultProblem(outcome.value, job.task);
-    if (!unserialisable) {
-      const ok = await persist(run, deps, 'completing a job', () => deps.complete(job, outcome.value));
+    const result = resultJson(outcome.value, job.task);
+    if (typeof result === 'string') {
+      const ok = await persist(run, deps, 'completing a job', () =>
+        deps.batchCompletions ? completer.completeBatched(job, result) : completer.complete(job, result),
+      );
       if (ok) deps.emit('job:done', { job, result: outcome.value, durationMs });
       else if (ok === false) deps.emit('lease:lost', { job });
       return;
     }
-    error = unserialisable;
+    error = result;
   }
   let retryInMs = deps.backoff
     ? computeBackoff(job.attempt, deps.backoff.baseMs, deps.backoff.capMs, deps.backoff.jitter)
-    : deps.queue.retryDelay(job.attempt);
+    : deps.engine.retryDelay(job.attempt);
   // A runaway may still be running: no retry may start while its lease could still be ours.
   if (outcome.kind === 'abandoned') retryInMs = Math.max(retryInMs, Math.ceil(run.leaseRemainingMs()));
   const status = await persist(run, deps, 'recording a failure', () =>
-    deps.queue.fail(job, error, { retryInMs }),
+    completer.fail(job, errorText(error), retryInMs),
   );
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
@@ -262,11 +266,10 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   else if (status === null) deps.emit('lease:lost', { job });
 }
 
-/** A handler result that cannot be stored as JSON, as the error that fails the attempt. */
-function resultProblem(value: unknown, task: string): Error | null {
+/** A handler's result as JSON text, or the error that fails the attempt when JSON cannot hold it. */
+function resultJson(value: unknown, task: string): string | Error {
   try {
-    toJsonText(value, 'result');
-    return null;
+    return toJsonText(value, 'result');
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error);
     return new Error(

@@ -14,12 +14,12 @@
  *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
  */
 import { EventEmitter } from 'node:events';
-import { Batcher } from '../core/batcher.js';
 import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
 import { isMisconfiguration } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
+import { type Engine, engineOf } from '../engine/engine.js';
 import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
-import { Queue, queueInternals } from '../queue.js';
+import { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
 import type { WorkerEvents } from './events.js';
@@ -121,8 +121,8 @@ export class Worker extends EventEmitter {
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
   private probe: { token: string; timer: NodeJS.Timeout } | null = null;
-  /** Completions that finish together share one statement (each row guarded by its lease). */
-  private readonly completions: Batcher<{ lease: ClaimedJob; result: unknown }, boolean> | null;
+  /** The queue's engine: the worker reaches the database only through it. */
+  private readonly engine: Engine;
   private probes = 0;
 
   constructor(options: WorkerOptions) {
@@ -154,21 +154,14 @@ export class Worker extends EventEmitter {
       });
       this.ownsQueue = true;
     }
-    const { queue, settings } = this;
+    const { settings } = this;
+    const engine = engineOf(this.queue, false);
+    this.engine = engine;
     const onError = (error: unknown, during: string) => this.reportError(error, during);
     this.claimLoop = new ClaimLoop({
       claim: (limit) =>
-        queue.claim(this.workerId, {
-          limit,
-          leaseMs: settings.leaseMs,
-          tasks: settings.taskNames,
-          ...(settings.queues ? { queues: settings.queues } : {}),
-        }),
-      nextDueInMs: () =>
-        queue.nextDueInMs({
-          tasks: settings.taskNames,
-          ...(settings.queues ? { queues: settings.queues } : {}),
-        }),
+        engine.claim(this.workerId, limit, settings.leaseMs, settings.taskNames, settings.queues),
+      nextDueInMs: () => engine.nextDueInMs(settings.taskNames, settings.queues),
       freeSlots: () => this.claimCapacity(),
       accept: (jobs, sentAt) => this.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
@@ -180,7 +173,7 @@ export class Worker extends EventEmitter {
       runs: () => this.runs.values(),
       clockMs: leaseClockMs(settings.leaseMs),
       renew: (runs) =>
-        queue.renewLeases(
+        engine.renewLeases(
           this.workerId,
           runs.map((run) => run.job),
           settings.leaseMs,
@@ -192,14 +185,17 @@ export class Worker extends EventEmitter {
     this.reaper = new Reaper(
       { intervalMs: settings.reapIntervalMs, onError },
       {
-        reap: () => queue.reap(),
+        reap: () => {
+          engine.assertOpen();
+          return engine.store.reap(engine.pool);
+        },
         onReaped: (ids) => {
           this.emit('reaped', { ids });
           this.claimLoop.wake();
         },
       },
     );
-    const { keepFinishedMs } = queueInternals(queue).retention;
+    const { keepFinishedMs } = engine.settings.retention;
     this.pruner =
       keepFinishedMs === null
         ? null
@@ -207,23 +203,14 @@ export class Worker extends EventEmitter {
             { intervalMs: Math.min(keepFinishedMs, PRUNE_INTERVAL_MS), onError },
             {
               batchSize: PRUNE_BATCH,
-              pruneBatch: (limit) => {
-                const { store, pool } = queueInternals(queue);
-                return store.pruneFinished(pool, keepFinishedMs, limit);
-              },
+              pruneBatch: (limit) => engine.pruneFinished(limit),
               onPruned: (deleted) => this.emit('pruned', { deleted }),
             },
           );
-    this.completions = settings.batchCompletions
-      ? new Batcher(
-          async (items) => (await queue.completeMany(items)).map((value) => ({ ok: true as const, value })),
-          { maxBatch: 1_000, maxConcurrent: 2 },
-        )
-      : null;
     this.listener = settings.listen
       ? new NotificationListener({
-          clientConfig: queue.connectionConfig(),
-          channel: queue.channel,
+          clientConfig: engine.clientConfig,
+          channel: engine.channel,
           onNotification: (payload) => this.notified(payload),
           onConnected: (reconnected) => this.listening(reconnected),
           onError: (error) => onError(error, 'listening for notifications (reconnecting)'),
@@ -365,8 +352,8 @@ export class Worker extends EventEmitter {
     if (jobs.length === 0) return;
     let released: boolean[];
     try {
-      const { store, pool } = queueInternals(this.queue);
-      released = await store.releaseMany(pool, jobs);
+      this.engine.assertOpen();
+      released = await this.engine.completer.releaseMany(jobs);
     } catch (error) {
       this.reportError(
         error,
@@ -470,9 +457,8 @@ export class Worker extends EventEmitter {
         throw new Error(`No handler for task "${job.task}" in this worker`);
       });
     const done = execute(run, handler, {
-      queue: this.queue,
-      complete: (lease, result) =>
-        this.completions ? this.completions.add({ lease, result }) : this.queue.complete(lease, result),
+      engine: this.engine,
+      batchCompletions: this.settings.batchCompletions,
       backoff: this.settings.backoff,
       emit: (event, payload) => {
         this.count(event);
@@ -590,7 +576,7 @@ export class Worker extends EventEmitter {
       this.emit('warning', { code: 'LISTEN_UNREACHABLE', message });
     }, PROBE_TIMEOUT_MS);
     this.probe = { token, timer };
-    this.queue
+    this.engine
       .notify(token)
       .catch((error: unknown) => this.reportError(error, 'sending the LISTEN self-check'));
   }

@@ -7,6 +7,8 @@
  * walked every row of the table).
  */
 import { describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
+import { buildStatements } from '../../src/store/statements.js';
 import { useTestDatabase } from '../support/database.js';
 
 const db = useTestDatabase();
@@ -140,7 +142,7 @@ describe('observability', () => {
     expect(Math.abs(ops.done - 60_000)).toBeLessThan(6_000);
 
     // Count the rows every ops() statement touches: pg_stat counters of sequential and index reads.
-    const statements = (queue as unknown as { store: { sql: Record<string, string> } }).store.sql;
+    const statements: Record<string, string> = buildStatements(quoteIdent(queue.schema));
     for (const name of ['counts', 'opsExtras'] as const) {
       const values = name === 'counts' ? [10_000, 'big'] : [600_000];
       const plan = await db.sql<{ 'QUERY PLAN': unknown }>(

@@ -9,15 +9,17 @@
  * pick, `id IN (…) AND status = 'pending'`) made the never-analyzed test fail.
  */
 import { describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { QueueClosedError, ValidationError } from '../../src/errors.js';
 import { Queue } from '../../src/queue.js';
+import { buildStatements } from '../../src/store/statements.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 
 function statementsOf(queue: Queue): Record<string, string> {
-  return (queue as unknown as { store: { sql: Record<string, string> } }).store.sql;
+  return buildStatements(quoteIdent(queue.schema));
 }
 
 describe('store SQL', () => {

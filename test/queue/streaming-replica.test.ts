@@ -15,8 +15,8 @@
  * and "a stopped replica fails ops()" (ops() answered from the primary).
  */
 
-import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { engineOf } from '../../src/engine/engine.js';
 import { DatabaseError } from '../../src/errors.js';
 import { Queue } from '../../src/queue.js';
 import type { OpsSnapshot } from '../../src/types.js';
@@ -64,11 +64,13 @@ describe.skipIf(!bin)('streaming replica', () => {
   });
 
   const onStandby = (text: string) =>
-    (standby as unknown as { pool: pg.Pool }).pool.query(text).then((r) => r.rows);
+    engineOf(standby)
+      .pool.query(text)
+      .then((r) => r.rows);
 
   test('reads go to the replica, writes and claims to the primary', async () => {
-    const readPool = (queue as unknown as { readPool: pg.Pool }).readPool;
-    const { rows } = await readPool.query('SELECT pg_is_in_recovery() AS replica');
+    const { readPool } = engineOf(queue);
+    const { rows } = await readPool!.query('SELECT pg_is_in_recovery() AS replica');
     expect(rows).toEqual([{ replica: true }]);
 
     // With replay paused, a job written on the primary is not on the replica: get() reads there.

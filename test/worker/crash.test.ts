@@ -27,7 +27,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, expect, test } from 'vitest';
-import { quoteIdent } from '../../src/db/identifier.js';
+import { notifyChannel, quoteIdent } from '../../src/db/identifier.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { killChildren, REPO_ROOT } from '../support/spawn.js';
@@ -220,7 +220,8 @@ test('3 CLI workers, 1,500 jobs, one SIGKILLed mid-run: every job done once; onl
       lastReap = performance.now();
       const reaped = await queue.reap();
       for (const id of reaped) reapedByTest.add(id);
-      if (reaped.length > 0) await queue.notify(); // wake the survivors, as Worker's reaper wakes itself
+      // wake the survivors, as Worker's reaper wakes itself
+      if (reaped.length > 0) await db.sql(`SELECT pg_notify($1, 'jobs')`, [notifyChannel(TEST_SCHEMA)]);
     }
     if ((await count(`status = 'done'`)) === TOTAL) break;
     for (const [i, w] of workers.entries()) {

@@ -9,7 +9,7 @@
  * the retry tests run with the default 30 s poll, the last one with 60 s.
  *
  * Deliberate breaks seen failing (in a private copy of src/):
- *  - writeOutcome() using `deps.queue.retryDelay(job.attempt)` even when the Worker has a
+ *  - writeOutcome() using `deps.engine.retryDelay(job.attempt)` even when the Worker has a
  *    backoff: the retry tests timed out (the queue's default 5 s backoff) and retryInMs was
  *    5000, not 50/100.
  *  - errorText() keeping only `${name}: ${message}` (no stack): the stack assertion failed.
@@ -21,7 +21,7 @@
  *    last test failed — the retry waited for the poll (it was written as a failing test first).
  */
 import { describe, expect, test } from 'vitest';
-import type { Queue } from '../../src/queue.js';
+import { type Engine, engineOf } from '../../src/engine/engine.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
 import { gate, nextEvent, recordEvents, startWorker, within } from './helpers.js';
@@ -163,15 +163,16 @@ describe('§1.8 failures through the worker', () => {
   });
 
   /**
-   * A worker on a Queue whose nextDueInMs() (read by every claim pass that drains the queue, to
-   * set the due timer) can be held: its result is delivered only once `release` resolves.
+   * A worker on a Queue whose engine's nextDueInMs() (read by every claim pass that drains the
+   * queue, to set the due timer) can be held: its result is delivered only once `release` resolves.
    */
   async function retryWorker(task: string, release: (retried: Promise<void>) => Promise<void>) {
     const queue = db.queue();
-    const nextDueInMs = queue.nextDueInMs.bind(queue);
+    const engine = engineOf(queue);
+    const nextDueInMs = engine.nextDueInMs.bind(engine);
     const retried = gate();
     let hold = false;
-    queue.nextDueInMs = async (...args: Parameters<Queue['nextDueInMs']>) => {
+    engine.nextDueInMs = async (...args: Parameters<Engine['nextDueInMs']>) => {
       const ms = await nextDueInMs(...args);
       if (hold) await release(retried.promise);
       return ms;

@@ -24,7 +24,7 @@
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, test } from 'vitest';
-import type { Queue } from '../../src/queue.js';
+import { type Engine, engineOf } from '../../src/engine/engine.js';
 import type { ClaimedJob } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { listen } from '../support/listener.js';
@@ -101,7 +101,7 @@ describe('§1.9 wake-up without polling', () => {
    * 200 separate enqueue calls in parallel (200 transactions, 200 notifications) to an idle
    * worker with room for all of them. The producer has `batchEnqueue: false`: by default a Queue
    * merges enqueue calls that arrive together into one INSERT and one NOTIFY, and the point here
-   * is a burst of notifications. The worker has its own pool (a Queue passed in, whose claim()
+   * is a burst of notifications. The worker has its own pool (a Queue passed in, whose engine's claim()
    * is counted); the burst comes through another pool, so claims and enqueues overlap.
    * With `holdFirstClaim`, the first claim statement waits until the whole burst has been
    * notified: every hint then arrives during that one pass.
@@ -109,11 +109,12 @@ describe('§1.9 wake-up without polling', () => {
   async function burst(task: string, holdFirstClaim: boolean): Promise<{ hints: number; passes: number }> {
     const queue = db.queue();
     const producer = db.queue({ batchEnqueue: false });
-    const claim = queue.claim.bind(queue);
+    const engine = engineOf(queue);
+    const claim = engine.claim.bind(engine);
     let claims = 0;
     let hold: Gate | null = null;
     const firstClaimHeld = gate();
-    queue.claim = async (...args: Parameters<Queue['claim']>) => {
+    engine.claim = async (...args: Parameters<Engine['claim']>) => {
       claims++;
       if (hold) {
         firstClaimHeld.open();
@@ -186,9 +187,10 @@ describe('§1.9 wake-up without polling', () => {
 
   test('hints that arrive while every slot is busy are not lost: the jobs start when slots free up', async () => {
     const queue = db.queue();
-    const claim = queue.claim.bind(queue);
+    const engine = engineOf(queue);
+    const claim = engine.claim.bind(engine);
     let claims = 0;
-    queue.claim = (...args: Parameters<Queue['claim']>) => {
+    engine.claim = (...args: Parameters<Engine['claim']>) => {
       claims++;
       return claim(...args);
     };

@@ -1,0 +1,81 @@
+/**
+ * Operations over many jobs, each a series of short keyset-batched transactions so that none
+ * holds locks or a snapshot for long: requeueing dead jobs and deleting finished ones.
+ */
+import { DatabaseError, DedupeConflictError } from '../errors.js';
+import type { Engine } from './engine.js';
+
+const REQUEUE_BATCH = 1_000;
+const PRUNE_BATCH = 5_000;
+
+/**
+ * Requeues every dead job (of one `task`, if given) in batches of 1,000. A batch holding a dedupe
+ * key that an active job took again is redone one job at a time, skipping those jobs.
+ */
+export async function requeueDead(
+  engine: Engine,
+  task: string | null,
+  onProgress?: (progress: { requeued: number; skipped: number }) => void,
+): Promise<{ requeued: number; skipped: number }> {
+  const { store, pool } = engine;
+  const totals = { requeued: 0, skipped: 0 };
+  let after = '0';
+  for (;;) {
+    let batch: { requeued: number; lastId: string | null };
+    try {
+      batch = await store.requeueDeadBatch(pool, task, after, REQUEUE_BATCH);
+    } catch (error) {
+      if (!(error instanceof DatabaseError && error.sqlState === '23505')) throw error;
+      batch = await requeueOneByOne(engine, task, after, totals);
+    }
+    if (batch.lastId === null) return totals;
+    totals.requeued += batch.requeued;
+    onProgress?.({ ...totals });
+    after = batch.lastId;
+  }
+}
+
+/** Fallback of requeueDead for a batch holding a taken dedupe key: one job at a time. */
+async function requeueOneByOne(
+  engine: Engine,
+  task: string | null,
+  after: string,
+  totals: { skipped: number },
+): Promise<{ requeued: number; lastId: string | null }> {
+  const { store, pool } = engine;
+  const ids = await store.deadIds(pool, task, after, REQUEUE_BATCH);
+  let requeued = 0;
+  for (const id of ids) {
+    try {
+      if ((await store.requeue(pool, id))?.after === 'pending') requeued++;
+    } catch (error) {
+      if (!(error instanceof DedupeConflictError)) throw error;
+      totals.skipped++;
+    }
+  }
+  return { requeued, lastId: ids.at(-1) ?? null };
+}
+
+/** Deletes finished jobs of `statuses` older than `olderThanMs`, 5,000 per transaction; returns the total. */
+export async function prune(
+  engine: Engine,
+  statuses: string[],
+  olderThanMs: number,
+  onProgress?: (deleted: number) => void,
+): Promise<number> {
+  let total = 0;
+  let after = '0';
+  for (;;) {
+    const { deleted, lastId } = await engine.store.pruneBatch(
+      engine.pool,
+      statuses,
+      olderThanMs,
+      after,
+      PRUNE_BATCH,
+    );
+    total += deleted;
+    if (deleted > 0) onProgress?.(total);
+    if (lastId === null) return total;
+    after = lastId;
+  }
+}

@@ -1,0 +1,80 @@
+/**
+ * The completer: the one place that writes a claimed job's outcome — done (or deleted, with
+ * `retention: { completed: 'delete' }`), retry or dead, cancelled, released — for the Queue's own
+ * calls and for every worker. Each write is a compare-and-set on the lease (SPEC §1.2/§1.3): a
+ * lease that no longer owns its job changes nothing and is answered `false`/`null`.
+ *
+ * Completions that arrive together share one statement (a batch per event-loop turn, at most
+ * 1,000 rows, two batches in flight), each row still guarded by its own lease; a worker's
+ * unstarted jobs are released in one statement on stop. Retention, workflows and telemetry hook
+ * in here.
+ */
+import { Batcher } from '../core/batcher.js';
+import type { Executor } from '../db/executor.js';
+import type { Lease } from '../types.js';
+import type { Engine } from './engine.js';
+
+/** Most completions in one statement. */
+const MAX_BATCH = 1_000;
+
+export class Completer {
+  private readonly batcher: Batcher<{ lease: Lease; resultJson: string }, boolean>;
+
+  constructor(private readonly engine: Engine) {
+    this.batcher = new Batcher(
+      async (items) =>
+        (await engine.store.completeMany(engine.pool, items)).map((value) => ({ ok: true as const, value })),
+      { maxBatch: MAX_BATCH, maxConcurrent: 2 },
+    );
+  }
+
+  /** running → done with `resultJson`, alone, on `db` (the pool, or the caller's transaction). */
+  complete(lease: Lease, resultJson: string, db: Executor = this.engine.pool): Promise<boolean> {
+    this.engine.assertOpen();
+    return this.engine.store.complete(db, lease, resultJson);
+  }
+
+  /** running → done, sharing a statement with the completions that arrive in the same turn. */
+  completeBatched(lease: Lease, resultJson: string): Promise<boolean> {
+    this.engine.assertOpen();
+    return this.batcher.add({ lease, resultJson });
+  }
+
+  /** Many completions in one statement; one answer per item, in input order. */
+  completeMany(items: readonly { lease: Lease; resultJson: string }[]): Promise<boolean[]> {
+    this.engine.assertOpen();
+    return this.engine.store.completeMany(this.engine.pool, items);
+  }
+
+  /**
+   * A failed attempt: pending again after `retryInMs`, dead when attempts are spent, or
+   * cancelled when cancellation was requested meanwhile; null when the lease no longer owns it.
+   */
+  fail(lease: Lease, errorText: string, retryInMs: number): Promise<'pending' | 'dead' | 'cancelled' | null> {
+    this.engine.assertOpen();
+    return this.engine.store.fail(this.engine.pool, lease, errorText, retryInMs);
+  }
+
+  /** running → cancelled, for the owner of a job whose cancellation was requested. */
+  cancel(lease: Lease, note = 'Cancelled: cancellation was requested while it ran'): Promise<boolean> {
+    this.engine.assertOpen();
+    return this.engine.store.cancelRunning(this.engine.pool, lease, note);
+  }
+
+  /** running → pending without spending the attempt. */
+  release(lease: Lease): Promise<boolean> {
+    this.engine.assertOpen();
+    return this.engine.store.release(this.engine.pool, lease);
+  }
+
+  /** Releases many leases in one statement (a stopping worker's unstarted jobs). */
+  releaseMany(leases: readonly Lease[]): Promise<boolean[]> {
+    this.engine.assertOpen();
+    return this.engine.store.releaseMany(this.engine.pool, leases);
+  }
+
+  /** Resolves once no batch is in flight. */
+  async idle(): Promise<void> {
+    await this.batcher.idle();
+  }
+}

@@ -1,0 +1,176 @@
+/**
+ * Every insert of jobs (SPEC §1.6, §1.7, §1.9, §3): single enqueues batched automatically, batch
+ * enqueues, their dedupe rounds, and the wake-up hint after a batch committed.
+ */
+import { Batcher, type Settled } from '../core/batcher.js';
+import type { NewJob } from '../core/job-spec.js';
+import { isConnectionError } from '../db/database-error.js';
+import { type Executor, inTransaction } from '../db/executor.js';
+import { DatabaseError } from '../errors.js';
+import type { EnqueueResult } from '../types.js';
+import type { Engine } from './engine.js';
+
+/** A dedupe hit whose holder finishes between the insert and the lookup retries the insert. */
+const MAX_DEDUPE_ROUNDS = 10;
+
+export class Enqueuer {
+  private readonly batcher: Batcher<NewJob, EnqueueResult> | null;
+  private hinting: Promise<void> | null = null;
+  private hintAgain = false;
+
+  constructor(private readonly engine: Engine) {
+    const tuning = engine.settings.batchEnqueue;
+    this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), tuning) : null;
+  }
+
+  /** One job; through the automatic batch unless it joins the caller's transaction (`db`). */
+  enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
+    if (db === undefined && this.batcher) return this.batcher.add(job);
+    return this.insertOne(db ?? this.engine.pool, job);
+  }
+
+  /**
+   * Many jobs in one INSERT and one NOTIFY, results in input order. On the pool, a batch with
+   * dedupe keys runs in a transaction of its own (its holder lookups and a second INSERT may
+   * follow): all rows or none.
+   */
+  async enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+    if (db !== undefined) return settledOrThrow(await this.insertBatch(db, jobs, true));
+    const { pool } = this.engine;
+    if (jobs.every((job) => job.dedupeKey === null)) {
+      return settledOrThrow(await this.insertBatch(pool, jobs, true));
+    }
+    return inTransaction(pool, async (tx) => settledOrThrow(await this.insertBatch(tx, jobs, true)));
+  }
+
+  /** Resolves once no batch and no hint is in flight. */
+  async idle(): Promise<void> {
+    await this.batcher?.idle();
+    await this.hinting;
+  }
+
+  /** One INSERT with its NOTIFY in the same transaction; a dedupe hit reads the holder (§1.7). */
+  private async insertOne(db: Executor, job: NewJob): Promise<EnqueueResult> {
+    const { store } = this.engine;
+    for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
+      const id = await store.insertOne(db, job);
+      if (id !== null) return { id, created: true };
+      // A dedupe hit: look the holder up in a new statement, whose snapshot sees it (§1.7).
+      const holders = await store.activeIdsByKey(db, [job.dedupeKey as string]);
+      const holder = holders.get(job.dedupeKey as string);
+      if (holder !== undefined) return { id: holder, created: false };
+    }
+    throw dedupeRace(job.dedupeKey);
+  }
+
+  /**
+   * One INSERT for the batch, then the holders of dedupe hits looked up in a new statement,
+   * whose snapshot sees them (§1.7); a holder that finished meanwhile means inserting again.
+   * Rejects only when its first INSERT fails (then nothing was written). After that, each job
+   * settles with its own fate (SPEC §3): a later step that fails fails only the jobs it was for,
+   * never one whose row was written.
+   */
+  private async insertBatch(
+    db: Executor,
+    jobs: NewJob[],
+    notify: boolean,
+  ): Promise<Settled<EnqueueResult>[]> {
+    const { store } = this.engine;
+    const results: Settled<EnqueueResult>[] = new Array(jobs.length);
+    let todo = jobs.map((job, index) => ({ job, index }));
+    for (let round = 0; todo.length > 0; round++) {
+      try {
+        if (round === MAX_DEDUPE_ROUNDS) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
+        const inserted = await store.insertMany(
+          db,
+          todo.map((t) => t.job),
+          notify,
+        );
+        const hits: typeof todo = [];
+        todo.forEach((t, i) => {
+          const row = inserted[i];
+          if (row?.created) results[t.index] = { ok: true, value: { id: row.id, created: true } };
+          else hits.push(t);
+        });
+        todo = hits;
+        if (hits.length === 0) break;
+        const holders = await store.activeIdsByKey(
+          db,
+          hits.map((h) => h.job.dedupeKey as string),
+        );
+        todo = hits.filter((h) => {
+          const holder = holders.get(h.job.dedupeKey as string);
+          if (holder !== undefined) results[h.index] = { ok: true, value: { id: holder, created: false } };
+          return holder === undefined;
+        });
+      } catch (error) {
+        if (round === 0 && todo.length === jobs.length) throw error; // nothing was written
+        for (const t of todo) results[t.index] = { ok: false, error };
+        break;
+      }
+    }
+    return results;
+  }
+
+  /**
+   * The flush of automatic enqueue batching: one INSERT and one commit for every enqueue call
+   * that arrived together, then one coalesced NOTIFY after the commit (§1.9: a hint, kept off
+   * the commit path). Each caller settles with its own job's fate (SPEC §3). If the INSERT
+   * itself fails for a reason other than the connection (nothing was written), each job is
+   * retried alone so that each caller gets its own outcome.
+   */
+  private async flush(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
+    const { pool } = this.engine;
+    try {
+      const results = await this.insertBatch(pool, jobs, false);
+      if (results.some((r) => r.ok && r.value.created)) this.hint();
+      return results;
+    } catch (error) {
+      if (jobs.length === 1 || isConnectionError(error)) throw error;
+      return Promise.all(
+        jobs.map((job) =>
+          this.insertOne(pool, job).then(
+            (value): Settled<EnqueueResult> => ({ ok: true, value }),
+            (err: unknown): Settled<EnqueueResult> => ({ ok: false, error: err }),
+          ),
+        ),
+      );
+    }
+  }
+
+  /** Sends the wake-up hint after a batch committed; hints that meet one in flight coalesce. */
+  private hint(): void {
+    if (this.hinting !== null) {
+      this.hintAgain = true;
+      return;
+    }
+    const { store, pool, settings, schema } = this.engine;
+    this.hinting = store
+      .notify(pool, 'jobs')
+      .catch((error: unknown) => {
+        settings.logger?.warn?.({ err: error, schema }, 'skiplock: sending the wake-up NOTIFY failed');
+      })
+      .finally(() => {
+        this.hinting = null;
+        if (this.hintAgain) {
+          this.hintAgain = false;
+          this.hint();
+        }
+      });
+  }
+}
+
+/** The values of a batch whose jobs all settled well; else the first job's error. */
+function settledOrThrow(results: Settled<EnqueueResult>[]): EnqueueResult[] {
+  return results.map((result) => {
+    if (!result.ok) throw result.error;
+    return result.value;
+  });
+}
+
+function dedupeRace(dedupeKey: string | null): DatabaseError {
+  return new DatabaseError(
+    `Enqueue with dedupeKey ${JSON.stringify(dedupeKey)} kept conflicting with jobs that finished before they could be read; retry the call`,
+    { sqlState: undefined },
+  );
+}
