@@ -23,6 +23,8 @@ export interface ChildSpec {
   lifetimeMs: number;
   /** W2d: completed jobs deleted. */
   deleteCompleted?: boolean;
+  /** W7: send 'waiting' and start the consumer only on a 'go' message (children start together). */
+  hold?: boolean;
 }
 
 export interface ChildResult {
@@ -82,6 +84,18 @@ async function main(): Promise<void> {
   };
 
   const driver = createDriver(spec.system, spec.env);
+  if (spec.hold) {
+    const go = new Promise<void>((resolve) => {
+      const onGo = (message: { type: string }) => {
+        if (message.type !== 'go') return;
+        process.off('message', onGo);
+        resolve();
+      };
+      process.on('message', onGo);
+    });
+    await send({ type: 'waiting' });
+    await go;
+  }
   let consumer: Consumer;
   const startedAt = wallNow();
   try {

@@ -23,7 +23,7 @@ import {
   resultsTable,
 } from './lib/report.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
-import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6 } from './lib/workloads.js';
+import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7 } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
 import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
@@ -41,6 +41,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W3: w3,
   W4: w4,
   W5: w5,
+  W7: w7,
 };
 
 /** The one metric printed per run in the progress log. */
@@ -51,6 +52,11 @@ function headline(workload: WorkloadName, m: Metrics): string {
     case 'W2':
     case 'W2d':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (all handlers ran after ${fmt(m.handlersDoneMs ?? Number.NaN)} ms, all finished after ${fmt(m.drainMs ?? Number.NaN)} ms; worker start ${fmt(m.startupMs ?? Number.NaN)} ms), peak RSS ${fmt(m.rssMb ?? Number.NaN)} MB${m.extraRuns ? `, ${m.extraRuns} extra handler runs` : ''}`;
+    case 'W7':
+      return Object.entries(m)
+        .filter(([key]) => key.startsWith('p'))
+        .map(([key, value]) => `${key.slice(1)} processes ${fmt(value)} jobs/s`)
+        .join(', ');
     case 'W5':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     default:

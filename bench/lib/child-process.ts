@@ -33,7 +33,10 @@ export class WorkerChild {
     });
   }
 
-  /** Forks a worker child and waits until its consumer runs. */
+  /**
+   * Forks a worker child and waits until its consumer runs — or, with `spec.hold`, until it waits
+   * for {@link WorkerChild.go} (then `ready` is its 'waiting' message).
+   */
   static async start(spec: ChildSpec, timeoutMs = 60_000): Promise<{ child: WorkerChild; ready: Message }> {
     // BENCH_PROFILE_DIR=dir: each worker child writes a CPU profile there (for the report's misses).
     const profile = process.env.BENCH_PROFILE_DIR;
@@ -45,11 +48,16 @@ export class WorkerChild {
     });
     const child = new WorkerChild(proc);
     try {
-      return { child, ready: await child.next('ready', timeoutMs) };
+      return { child, ready: await child.next(spec.hold ? 'waiting' : 'ready', timeoutMs) };
     } catch (error) {
       child.kill();
       throw error;
     }
+  }
+
+  /** A held child starts its consumer now. */
+  go(): void {
+    this.child.send({ type: 'go' });
   }
 
   /** The next message of `type`; rejects on an 'error' message, the child's exit, or the time limit. */

@@ -1,7 +1,7 @@
 /** Command line and sizes of every workload (full run, or --quick smoke run). */
 import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
 
-export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'pgbench'] as const;
+export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'pgbench'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface Sizes {
@@ -25,6 +25,10 @@ export interface Sizes {
   w6OpsSamples: number;
   pgbenchSeconds: number;
   pgbenchClients: number;
+  /** W7: jobs drained at each point, processes per point, concurrency per process. */
+  w7Jobs: number;
+  w7Processes: number[];
+  w7Concurrency: number;
 }
 
 export const FULL: Sizes = {
@@ -48,6 +52,9 @@ export const FULL: Sizes = {
   w6OpsSamples: 50,
   pgbenchSeconds: 10,
   pgbenchClients: 8,
+  w7Jobs: 100_000,
+  w7Processes: [1, 2, 4, 8],
+  w7Concurrency: 50,
 };
 
 export const QUICK: Sizes = {
@@ -63,6 +70,8 @@ export const QUICK: Sizes = {
   w6ClaimSamples: 50,
   w6OpsSamples: 10,
   pgbenchSeconds: 2,
+  w7Jobs: 2_000,
+  w7Processes: [1, 2],
 };
 
 export interface Config {

@@ -119,6 +119,16 @@ export function rows(config: Config): Row[] {
       unit: 'MB',
       better: 'lower',
     },
+    ...s.w7Processes.map(
+      (processes): Row => ({
+        workload: 'W7',
+        metric: `p${processes}`,
+        label: `W7 scale-out: ${n(s.w7Jobs)} jobs drained by ${processes} worker process${processes === 1 ? '' : 'es'} × ${s.w7Concurrency}`,
+        short: `W7 ${processes} × ${s.w7Concurrency}`,
+        unit: 'jobs/s',
+        better: 'higher',
+      }),
+    ),
   ];
 }
 

@@ -265,6 +265,67 @@ export async function w5(driver: SystemDriver, ctx: RunContext): Promise<Metrics
   }
 }
 
+/**
+ * W7 (scale-out): for each point of `w7Processes`, `w7Jobs` pre-enqueued jobs drained by that
+ * many worker processes at `w7Concurrency` each, on one database. The children start their
+ * consumers together (each waits for 'go'); timed from the first handler start in any of them
+ * until the system's storage holds no unfinished job. Metric `pN`: jobs/s with N processes.
+ */
+export async function w7(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { w7Jobs, w7Processes, w7Concurrency, w1Chunk } = ctx.sizes;
+  const metrics: Metrics = {};
+  for (const processes of w7Processes) {
+    await withTimeout(driver.reset(), 120_000, 'reset');
+    await using(async (defer) => {
+      const producer = await openProducer(driver, defer);
+      await withTimeout(preload(producer, w7Jobs, w1Chunk), Math.max(120_000, w7Jobs * 10), 'pre-enqueue');
+    });
+    const drainLimit = Math.max(120_000, w7Jobs * 10);
+    const children: WorkerChild[] = [];
+    try {
+      const started = await Promise.all(
+        Array.from({ length: processes }, () =>
+          WorkerChild.start({
+            system: driver.name,
+            env: ctx.env,
+            mode: 'drain',
+            concurrency: w7Concurrency,
+            expect: w7Jobs + 1, // never reached by one child: the storage says when all is done
+            lifetimeMs: drainLimit + 120_000,
+            hold: true,
+          }).then((started) => {
+            children.push(started.child);
+            return started.child;
+          }),
+        ),
+      );
+      for (const child of started) child.go();
+      let left = -1;
+      await waitFor(
+        async () => {
+          left = await driver.remaining();
+          return left === 0;
+        },
+        drainLimit,
+        `W7 with ${processes} processes to drain (${left} unfinished)`,
+        10,
+      );
+      const endAt = wallNow();
+      const results = await Promise.all(started.map((child) => child.stop()));
+      const handled = results.reduce((sum, r) => sum + r.handled, 0);
+      const firstJobAt = Math.min(...results.filter((r) => r.handled > 0).map((r) => r.firstJobAt));
+      metrics[`p${processes}`] = (w7Jobs / (endAt - firstJobAt)) * 1000;
+      metrics[`extraRuns${processes}`] = handled - w7Jobs;
+      ctx.log(
+        `W7 ${driver.name}: ${processes} × ${w7Concurrency}: ${Math.round(metrics[`p${processes}`] ?? 0)} jobs/s`,
+      );
+    } finally {
+      for (const child of children) child.kill();
+    }
+  }
+  return metrics;
+}
+
 /** Tables of a schema, for VACUUM ANALYZE. */
 async function vacuumSchema(url: string, schema: string): Promise<void> {
   const pool = adminPool(url);
