@@ -489,12 +489,16 @@ export class JobStore {
   }
 }
 
-/** A copy sorted by numeric job id, so concurrent batch statements lock rows in one order. */
+/**
+ * A copy sorted by numeric job id, so concurrent batch statements lock rows in one order. Ids
+ * are decimal strings of positive bigints without leading zeros: a shorter one is smaller, and
+ * equal lengths compare as text (no BigInt per comparison).
+ */
 function byId<T>(items: readonly T[], id: (item: T) => string): T[] {
   return [...items].sort((a, b) => {
-    const x = BigInt(id(a));
-    const y = BigInt(id(b));
-    return x < y ? -1 : x > y ? 1 : 0;
+    const x = id(a);
+    const y = id(b);
+    return x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
   });
 }
 

@@ -46,7 +46,7 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
     run.abortReason === 'cancel'
       ? Promise.resolve({ kind: 'error', error: run.signal.reason })
       : callHandler(run, handler, deps.engine);
-  const outcome = await Promise.race([settled, run.abandoned]);
+  const outcome = await run.outcomeOf(settled);
   run.clearTimers();
   run.phase = 'writing';
   deps.onSettled();

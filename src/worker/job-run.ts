@@ -130,10 +130,9 @@ export class JobRun {
   private readonly onLeaseExpired: (run: JobRun) => void;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private graceTimer: NodeJS.Timeout | null = null;
-  private abandon!: () => void;
+  /** Set while the worker waits for the handler: resolves that wait as abandoned. */
+  private abandon: (() => void) | null = null;
   private sleeper: { timer: NodeJS.Timeout; resolve: () => void } | null = null;
-  /** Resolves when the handler is given up on (after the grace period). */
-  readonly abandoned: Promise<HandlerOutcome>;
 
   constructor(job: ClaimedJob, options: JobRunOptions) {
     this.job = job;
@@ -143,12 +142,6 @@ export class JobRun {
     this.graceMs = options.graceMs;
     this.onLeaseExpired = options.onLeaseExpired;
     this.leaseDeadline = 0;
-    this.abandoned = new Promise((resolve) => {
-      this.abandon = () => {
-        this.runaway = true;
-        resolve({ kind: 'abandoned' });
-      };
-    });
     this.armLease(options.claimSentAt);
   }
 
@@ -288,7 +281,22 @@ export class JobRun {
     this.abortController().abort(this.reasonError(reason));
     if (this.deadlineTimer) clearTimeout(this.deadlineTimer);
     this.deadlineTimer = null;
-    this.graceTimer = setTimeout(() => this.abandon(), this.graceMs);
+    this.graceTimer = setTimeout(() => {
+      this.runaway = true;
+      this.abandon?.();
+    }, this.graceMs);
+  }
+
+  /**
+   * What the handler did: `settled`'s outcome, or `abandoned` if the grace period after an abort
+   * ends first (one promise per run: most runs are never aborted).
+   */
+  outcomeOf(settled: Promise<HandlerOutcome>): Promise<HandlerOutcome> {
+    if (this.runaway) return Promise.resolve({ kind: 'abandoned' });
+    return new Promise((resolve) => {
+      this.abandon = () => resolve({ kind: 'abandoned' });
+      settled.then(resolve);
+    });
   }
 
   /** The error stored for a deadline, noting a handler that ignored its signal. */

@@ -48,6 +48,17 @@ export interface WorkerStats {
 
 /** How long the LISTEN self-check waits for its own notification. */
 const PROBE_TIMEOUT_MS = 5_000;
+/** The events that move a counter of {@link WorkerStats}, and which. */
+const COUNTED = {
+  'job:done': 'done',
+  'job:retry': 'retried',
+  'job:dead': 'dead',
+  'job:cancelled': 'cancelled',
+  'job:released': 'released',
+  'lease:lost': 'leaseLost',
+  'job:runaway': 'runaway',
+} as const;
+
 /** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
 const PRUNE_INTERVAL_MS = 60_000;
 /** Finished jobs deleted per pruning statement: short transactions, small WAL bursts. */
@@ -490,17 +501,7 @@ export class Worker extends EventEmitter {
   }
 
   private count(event: keyof WorkerEvents): void {
-    const key = (
-      {
-        'job:done': 'done',
-        'job:retry': 'retried',
-        'job:dead': 'dead',
-        'job:cancelled': 'cancelled',
-        'job:released': 'released',
-        'lease:lost': 'leaseLost',
-        'job:runaway': 'runaway',
-      } as const
-    )[event as 'job:done'];
+    const key = COUNTED[event as keyof typeof COUNTED];
     if (key) this.counters[key]++;
   }
 
