@@ -295,7 +295,7 @@ export class JobRun {
     if (this.runaway) return Promise.resolve({ kind: 'abandoned' });
     return new Promise((resolve) => {
       this.abandon = () => resolve({ kind: 'abandoned' });
-      settled.then(resolve);
+      settled.then(resolve, (error: unknown) => resolve({ kind: 'error', error }));
     });
   }
 
