@@ -17,6 +17,8 @@ export class Enqueuer {
   private readonly batcher: Batcher<NewJob, EnqueueResult> | null;
   private hinting: Promise<void> | null = null;
   private hintAgain = false;
+  /** Automatic batches being written now. */
+  private flushing = 0;
 
   constructor(private readonly engine: Engine) {
     const tuning = engine.settings.batchEnqueue;
@@ -114,16 +116,23 @@ export class Enqueuer {
 
   /**
    * The flush of automatic enqueue batching: one INSERT and one commit for every enqueue call
-   * that arrived together, then one coalesced NOTIFY after the commit (§1.9: a hint, kept off
-   * the commit path). Each caller settles with its own job's fate (SPEC §3). If the INSERT
+   * that arrived together. Each caller settles with its own job's fate (SPEC §3). If the INSERT
    * itself fails for a reason other than the connection (nothing was written), each job is
    * retried alone so that each caller gets its own outcome.
+   *
+   * §1.9 the wake-up: a batch written alone (no other batch and no hint in flight) sends its
+   * NOTIFY inside its own transaction — one round trip and one commit less between the call and
+   * a worker waking (W3). Under load, batches overlap: then one coalesced NOTIFY follows the
+   * commits, because a transaction that notifies holds a global lock until its commit is flushed
+   * (TECH-NOTES), which would make overlapping batches commit one at a time.
    */
   private async flush(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
     const { pool } = this.engine;
+    this.flushing++;
+    const alone = this.flushing === 1 && this.hinting === null;
     try {
-      const results = await this.insertBatch(pool, jobs, false);
-      if (results.some((r) => r.ok && r.value.created)) this.hint();
+      const results = await this.insertBatch(pool, jobs, alone);
+      if (!alone && results.some((r) => r.ok && r.value.created)) this.hint();
       return results;
     } catch (error) {
       if (jobs.length === 1 || isConnectionError(error)) throw error;
@@ -135,6 +144,8 @@ export class Enqueuer {
           ),
         ),
       );
+    } finally {
+      this.flushing--;
     }
   }
 

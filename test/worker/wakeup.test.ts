@@ -210,6 +210,7 @@ describe('§1.9 wake-up without polling', () => {
         },
       },
       concurrency: 4,
+      prefetch: 0, // no room to claim ahead either: a hint finds the worker full
       pollIntervalMs: 60_000, // a job left behind would wait a minute
     });
     await queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 'busy.blocker', payload: {} })));
