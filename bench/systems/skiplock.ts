@@ -11,6 +11,11 @@ import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, Syste
 import { TASK } from './types.js';
 
 export const SKIPLOCK_SCHEMA = 'bench_skiplock';
+/**
+ * Jobs a worker claims ahead of its free slots, as docs/worker.md advises for backlogs of short
+ * jobs (the default is `concurrency`); graphile-worker runs here with a local queue of 2,000.
+ */
+const PREFETCH = 1_000;
 
 export class SkiplockDriver implements SystemDriver {
   readonly name = 'skiplock' as const;
@@ -28,7 +33,7 @@ export class SkiplockDriver implements SystemDriver {
   }
 
   settings(concurrency: number): string {
-    return `Worker { concurrency: ${concurrency} } with defaults otherwise (LISTEN/NOTIFY wake-up); Queue with its default pool (10); batch API enqueueMany, single enqueue()`;
+    return `Worker { concurrency: ${concurrency}, prefetch: ${PREFETCH} } with defaults otherwise (LISTEN/NOTIFY wake-up; W2d: retention { completed: 'delete' }); Queue with its default pool (10); batch API enqueueMany, single enqueue()`;
   }
 
   async unavailable(): Promise<string | null> {
@@ -74,6 +79,7 @@ export class SkiplockDriver implements SystemDriver {
       connectionString: this.env.databaseUrl,
       schema: this.schema,
       concurrency: options.concurrency,
+      prefetch: PREFETCH,
       ...(options.deleteCompleted ? { retention: { completed: 'delete' as const } } : {}),
       tasks: {
         [TASK]: (payload: BenchPayload) => {
