@@ -10,7 +10,7 @@ import {
   requireName,
 } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
-import type { Queue, QueueOptions } from '../queue.js';
+import { Queue, type QueueOptions } from '../queue.js';
 import type { BackoffOptions, ClaimedJob, Logger } from '../types.js';
 
 /** What a handler receives besides the payload. */
@@ -232,4 +232,34 @@ function preparedStatements(opts: WorkerOptions, listen: boolean): boolean | nul
 function requireBoolean(value: unknown, field: string): boolean {
   if (typeof value !== 'boolean') throw new ValidationError(field, 'must be true or false');
   return value;
+}
+
+/** The queue a worker works on: the one it was given, or one of its own made from its options. */
+export function workerQueue(
+  options: WorkerOptions,
+  settings: WorkerSettings,
+): { queue: Queue; owns: boolean } {
+  if (options.queue !== undefined) {
+    if (!(options.queue instanceof Queue)) throw new ValidationError('queue', 'must be a skiplock Queue');
+    if (options.connectionString !== undefined || options.schema !== undefined) {
+      throw new ValidationError('queue', 'give either queue or connectionString/schema, not both');
+    }
+    if (options.retention !== undefined) {
+      throw new ValidationError(
+        'retention',
+        'set it on the Queue you pass as `queue` (new Queue({ retention })), not on the Worker',
+      );
+    }
+    return { queue: options.queue, owns: false };
+  }
+  const queue = new Queue({
+    ...(options.connectionString === undefined ? {} : { connectionString: options.connectionString }),
+    ...(options.schema === undefined ? {} : { schema: options.schema }),
+    leaseMs: settings.leaseMs,
+    poolSize: Math.min(settings.concurrency + 2, 20),
+    preparedStatements: settings.preparedStatements ?? true,
+    ...(options.retention === undefined ? {} : { retention: options.retention }),
+    ...(settings.logger ? { logger: settings.logger } : {}),
+  });
+  return { queue, owns: true };
 }

@@ -19,16 +19,17 @@ import { isMisconfiguration } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
 import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
-import { Queue } from '../queue.js';
+import type { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
 import type { WorkerEvents } from './events.js';
 import { execute } from './job-executor.js';
 import { JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
+import { ListenProbe } from './listen-probe.js';
 import { LocalQueue } from './local-queue.js';
 import { Pruner, Reaper } from './maintenance.js';
-import { type WorkerOptions, type WorkerSettings, workerSettings } from './options.js';
+import { type WorkerOptions, type WorkerSettings, workerQueue, workerSettings } from './options.js';
 
 type State = 'idle' | 'running' | 'stopping' | 'stopped';
 
@@ -46,8 +47,6 @@ export interface WorkerStats {
   runaway: number;
 }
 
-/** How long the LISTEN self-check waits for its own notification. */
-const PROBE_TIMEOUT_MS = 5_000;
 /** The events that move a counter of {@link WorkerStats}, and which. */
 const COUNTED = {
   'job:done': 'done',
@@ -131,40 +130,17 @@ export class Worker extends EventEmitter {
   };
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
-  private probe: { token: string; timer: NodeJS.Timeout } | null = null;
+  private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
-  private probes = 0;
 
   constructor(options: WorkerOptions) {
     super();
     this.settings = workerSettings(options);
     this.workerId = this.settings.workerId;
-    if (options.queue !== undefined) {
-      if (!(options.queue instanceof Queue)) throw new ValidationError('queue', 'must be a skiplock Queue');
-      if (options.connectionString !== undefined || options.schema !== undefined) {
-        throw new ValidationError('queue', 'give either queue or connectionString/schema, not both');
-      }
-      if (options.retention !== undefined) {
-        throw new ValidationError(
-          'retention',
-          'set it on the Queue you pass as `queue` (new Queue({ retention })), not on the Worker',
-        );
-      }
-      this.queue = options.queue;
-      this.ownsQueue = false;
-    } else {
-      this.queue = new Queue({
-        ...(options.connectionString === undefined ? {} : { connectionString: options.connectionString }),
-        ...(options.schema === undefined ? {} : { schema: options.schema }),
-        leaseMs: this.settings.leaseMs,
-        poolSize: Math.min(this.settings.concurrency + 2, 20),
-        preparedStatements: this.settings.preparedStatements ?? true,
-        ...(options.retention === undefined ? {} : { retention: options.retention }),
-        ...(this.settings.logger ? { logger: this.settings.logger } : {}),
-      });
-      this.ownsQueue = true;
-    }
+    const { queue, owns } = workerQueue(options, this.settings);
+    this.queue = queue;
+    this.ownsQueue = owns;
     const { settings } = this;
     const engine = engineOf(this.queue, false);
     this.engine = engine;
@@ -218,6 +194,15 @@ export class Worker extends EventEmitter {
               onPruned: (deleted) => this.emit('pruned', { deleted }),
             },
           );
+    this.probe = new ListenProbe({
+      workerId: this.workerId,
+      send: (token) => engine.notify(token),
+      onUnreachable: (message) => {
+        this.settings.logger?.warn?.({ workerId: this.workerId }, message);
+        this.emit('warning', { code: 'LISTEN_UNREACHABLE', message });
+      },
+      onError,
+    });
     this.listener = settings.listen
       ? new NotificationListener({
           clientConfig: engine.clientConfig,
@@ -380,8 +365,7 @@ export class Worker extends EventEmitter {
   }
 
   private async shutdown(): Promise<void> {
-    if (this.probe) clearTimeout(this.probe.timer);
-    this.probe = null;
+    this.probe.stop();
     await this.claimLoop.stop();
     await this.reaper.stop();
     await this.pruner?.stop();
@@ -553,12 +537,7 @@ export class Worker extends EventEmitter {
       const id = payload.slice('cancel:'.length);
       for (const run of this.runs.values())
         if (run.job.id === id && run.phase === 'running') run.abort('cancel');
-    } else if (payload.startsWith('probe:')) {
-      if (this.probe?.token === payload) {
-        clearTimeout(this.probe.timer);
-        this.probe = null;
-      }
-    } else {
+    } else if (!this.probe.heard(payload)) {
       this.claimLoop.wake();
     }
   }
@@ -567,19 +546,7 @@ export class Worker extends EventEmitter {
   private listening(reconnected: boolean): void {
     this.emit('listen:connected', { reconnected });
     if (reconnected) this.claimLoop.wake();
-    if (this.state !== 'running' || this.probe) return;
-    const token = `probe:${this.workerId}:${++this.probes}`;
-    const timer = setTimeout(() => {
-      this.probe = null;
-      const message =
-        'The LISTEN connection did not receive a notification this worker sent itself: behind a transaction-pooling proxy (PgBouncer), LISTEN does not work; use `listen: false` (see docs/pgbouncer.md). Until then, jobs start on the fallback poll.';
-      this.settings.logger?.warn?.({ workerId: this.workerId }, message);
-      this.emit('warning', { code: 'LISTEN_UNREACHABLE', message });
-    }, PROBE_TIMEOUT_MS);
-    this.probe = { token, timer };
-    this.engine
-      .notify(token)
-      .catch((error: unknown) => this.reportError(error, 'sending the LISTEN self-check'));
+    if (this.state === 'running') this.probe.send();
   }
 
   private reportError(error: unknown, during: string): void {
