@@ -18,7 +18,7 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isMisconfiguration } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
-import { DatabaseError, SkiplockError, ValidationError } from '../errors.js';
+import { DatabaseError, SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
