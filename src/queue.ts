@@ -122,7 +122,7 @@ export class Queue {
     const engine = this.open();
     const opts = optionsObject(options, 'options');
     rejectUnknownKeys(opts, CLAIM_KEYS, 'options');
-    return engine.store.claim(
+    return engine.store.claim.claim(
       engine.pool,
       requireName(workerId, 'workerId'),
       opts.limit === undefined ? 1 : requireInt(opts.limit, 'limit', 1, MAX_CLAIM_LIMIT),
@@ -185,7 +185,7 @@ export class Queue {
   async renewLease(lease: Lease, leaseMs?: number): Promise<boolean> {
     const engine = this.open();
     const ms = leaseMs === undefined ? engine.settings.leaseMs : requireInt(leaseMs, 'leaseMs', 1);
-    return engine.store.renewLease(engine.pool, requireLease(lease), ms);
+    return engine.store.lease.renewLease(engine.pool, requireLease(lease), ms);
   }
 
   /** running → pending without spending the attempt (for shutdown). `false` when not the owner. */
@@ -196,7 +196,7 @@ export class Queue {
   /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. Safe to run anywhere. */
   async reap(): Promise<string[]> {
     const engine = this.open();
-    return engine.store.reap(engine.pool);
+    return engine.store.lease.reap(engine.pool);
   }
 
   /**
@@ -211,20 +211,20 @@ export class Queue {
   async get(id: string): Promise<Job | null> {
     const engine = this.open();
     const jobId = requireJobId(id);
-    return engine.read((db) => engine.store.get(db, jobId));
+    return engine.read((db) => engine.store.observe.get(db, jobId));
   }
 
   /** The active (pending or running) job holding `dedupeKey`, or `null` (read on the primary). */
   async findActive(dedupeKey: string): Promise<Job | null> {
     const engine = this.open();
-    return engine.store.findActive(engine.pool, requireName(dedupeKey, 'dedupeKey'));
+    return engine.store.observe.findActive(engine.pool, requireName(dedupeKey, 'dedupeKey'));
   }
 
   /** Jobs newest first, filtered; page with `after: lastJob.id`. */
   async list(options?: ListOptions): Promise<Job[]> {
     const engine = this.open();
     const { filter, limit } = listFilter(options);
-    return engine.read((db) => engine.store.list(db, filter, limit));
+    return engine.read((db) => engine.store.observe.list(db, filter, limit));
   }
 
   /**
@@ -236,7 +236,7 @@ export class Queue {
   async listPage(options?: ListOptions): Promise<JobPage> {
     const engine = this.open();
     const { filter, limit } = listFilter(options);
-    const { jobs, scannedTo } = await engine.read((db) => engine.store.listPage(db, filter, limit));
+    const { jobs, scannedTo } = await engine.read((db) => engine.store.observe.listPage(db, filter, limit));
     return { jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : scannedTo };
   }
 
@@ -247,7 +247,7 @@ export class Queue {
    */
   async counts(): Promise<Record<JobStatus, number>> {
     const engine = this.open();
-    return (await engine.read((db) => engine.store.counts(db))).counts;
+    return (await engine.read((db) => engine.store.observe.counts(db))).counts;
   }
 
   /**
@@ -259,7 +259,7 @@ export class Queue {
     const replicaLagMs = await engine.replicaLag();
     const { stuckAfterMs } = engine.settings;
     const [{ counts, estimated }, extras] = await engine.read((db) =>
-      Promise.all([engine.store.counts(db), engine.store.opsExtras(db, stuckAfterMs)]),
+      Promise.all([engine.store.observe.counts(db), engine.store.observe.opsExtras(db, stuckAfterMs)]),
     );
     return { ...counts, ...extras, estimated, replicaLagMs };
   }
@@ -267,7 +267,7 @@ export class Queue {
   /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
   async requeue(id: string): Promise<boolean> {
     const engine = this.open();
-    return (await engine.store.requeue(engine.pool, requireJobId(id)))?.after === 'pending';
+    return (await engine.store.admin.requeue(engine.pool, requireJobId(id)))?.after === 'pending';
   }
 
   /**
@@ -278,7 +278,7 @@ export class Queue {
   async requeueOrThrow(id: string): Promise<RequeueOutcome> {
     const engine = this.open();
     const jobId = requireJobId(id);
-    const transition = await engine.store.requeue(engine.pool, jobId);
+    const transition = await engine.store.admin.requeue(engine.pool, jobId);
     if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
     if (transition.after === null) {
       throw new ConflictError(
@@ -307,7 +307,7 @@ export class Queue {
   /** Live (pending, running) jobs by queue: cheap, for metrics and dashboards. */
   async liveByQueue(): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
     const engine = this.open();
-    return engine.read((db) => engine.store.liveByQueue(db));
+    return engine.read((db) => engine.store.observe.liveByQueue(db));
   }
 
   /** Finished jobs per `bucketMs` over the last `windowMs` (default: per minute, last hour), by status. */
@@ -319,7 +319,7 @@ export class Queue {
     rejectUnknownKeys(opts, ['bucketMs', 'windowMs'], 'options');
     const bucketMs = opts.bucketMs === undefined ? 60_000 : requireInt(opts.bucketMs, 'bucketMs', 1_000);
     const windowMs = opts.windowMs === undefined ? 3_600_000 : requireInt(opts.windowMs, 'windowMs', 1_000);
-    return engine.read((db) => engine.store.finishedPerBucket(db, bucketMs, windowMs));
+    return engine.read((db) => engine.store.observe.finishedPerBucket(db, bucketMs, windowMs));
   }
 
   /**
@@ -328,7 +328,7 @@ export class Queue {
    */
   async cancel(id: string): Promise<boolean> {
     const engine = this.open();
-    return (await engine.store.cancel(engine.pool, requireJobId(id)))?.after != null;
+    return (await engine.store.admin.cancel(engine.pool, requireJobId(id)))?.after != null;
   }
 
   /**
@@ -339,7 +339,7 @@ export class Queue {
   async cancelOrThrow(id: string): Promise<CancelOutcome> {
     const engine = this.open();
     const jobId = requireJobId(id);
-    const transition = await engine.store.cancel(engine.pool, jobId);
+    const transition = await engine.store.admin.cancel(engine.pool, jobId);
     if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
     if (transition.after !== 'cancelled' && transition.after !== 'running') {
       throw new ConflictError(

@@ -23,7 +23,7 @@ export async function requeueDead(
   for (;;) {
     let batch: { requeued: number; lastId: string | null };
     try {
-      batch = await store.requeueDeadBatch(pool, task, after, REQUEUE_BATCH);
+      batch = await store.admin.requeueDeadBatch(pool, task, after, REQUEUE_BATCH);
     } catch (error) {
       if (!(error instanceof DatabaseError && error.sqlState === '23505')) throw error;
       batch = await requeueOneByOne(engine, task, after, totals);
@@ -43,11 +43,11 @@ async function requeueOneByOne(
   totals: { skipped: number },
 ): Promise<{ requeued: number; lastId: string | null }> {
   const { store, pool } = engine;
-  const ids = await store.deadIds(pool, task, after, REQUEUE_BATCH);
+  const ids = await store.admin.deadIds(pool, task, after, REQUEUE_BATCH);
   let requeued = 0;
   for (const id of ids) {
     try {
-      if ((await store.requeue(pool, id))?.after === 'pending') requeued++;
+      if ((await store.admin.requeue(pool, id))?.after === 'pending') requeued++;
     } catch (error) {
       if (!(error instanceof DedupeConflictError)) throw error;
       totals.skipped++;
@@ -66,7 +66,7 @@ export async function prune(
   let total = 0;
   let after = '0';
   for (;;) {
-    const { deleted, lastId } = await engine.store.pruneBatch(
+    const { deleted, lastId } = await engine.store.admin.pruneBatch(
       engine.pool,
       statuses,
       olderThanMs,

@@ -23,7 +23,10 @@ export class Completer {
   constructor(private readonly engine: Engine) {
     this.batcher = new Batcher(
       async (items) =>
-        (await engine.store.completeMany(engine.pool, items)).map((value) => ({ ok: true as const, value })),
+        (await engine.store.outcome.completeMany(engine.pool, items)).map((value) => ({
+          ok: true as const,
+          value,
+        })),
       { maxBatch: MAX_BATCH, maxConcurrent: 2 },
     );
   }
@@ -31,7 +34,7 @@ export class Completer {
   /** running → done with `resultJson`, alone, on `db` (the pool, or the caller's transaction). */
   complete(lease: Lease, resultJson: string, db: Executor = this.engine.pool): Promise<boolean> {
     this.engine.assertOpen();
-    return this.engine.store.complete(db, lease, resultJson);
+    return this.engine.store.outcome.complete(db, lease, resultJson);
   }
 
   /** running → done, sharing a statement with the completions that arrive in the same turn. */
@@ -43,7 +46,7 @@ export class Completer {
   /** Many completions in one statement; one answer per item, in input order. */
   completeMany(items: readonly { lease: Lease; resultJson: string }[]): Promise<boolean[]> {
     this.engine.assertOpen();
-    return this.engine.store.completeMany(this.engine.pool, items);
+    return this.engine.store.outcome.completeMany(this.engine.pool, items);
   }
 
   /**
@@ -52,25 +55,25 @@ export class Completer {
    */
   fail(lease: Lease, errorText: string, retryInMs: number): Promise<'pending' | 'dead' | 'cancelled' | null> {
     this.engine.assertOpen();
-    return this.engine.store.fail(this.engine.pool, lease, errorText, retryInMs);
+    return this.engine.store.outcome.fail(this.engine.pool, lease, errorText, retryInMs);
   }
 
   /** running → cancelled, for the owner of a job whose cancellation was requested. */
   cancel(lease: Lease, note = 'Cancelled: cancellation was requested while it ran'): Promise<boolean> {
     this.engine.assertOpen();
-    return this.engine.store.cancelRunning(this.engine.pool, lease, note);
+    return this.engine.store.outcome.cancelRunning(this.engine.pool, lease, note);
   }
 
   /** running → pending without spending the attempt. */
   release(lease: Lease): Promise<boolean> {
     this.engine.assertOpen();
-    return this.engine.store.release(this.engine.pool, lease);
+    return this.engine.store.outcome.release(this.engine.pool, lease);
   }
 
   /** Releases many leases in one statement (a stopping worker's unstarted jobs). */
   releaseMany(leases: readonly Lease[]): Promise<boolean[]> {
     this.engine.assertOpen();
-    return this.engine.store.releaseMany(this.engine.pool, leases);
+    return this.engine.store.outcome.releaseMany(this.engine.pool, leases);
   }
 
   /** Resolves once no batch is in flight. */

@@ -105,25 +105,25 @@ export class Engine {
   /** Claims up to `limit` jobs for `workerId` (SPEC §1.1). */
   claim(workerId: string, limit: number, leaseMs: number, tasks: string[] | null, queues: string[] | null) {
     this.assertOpen();
-    return this.store.claim(this.pool, workerId, limit, leaseMs, tasks, queues);
+    return this.store.claim.claim(this.pool, workerId, limit, leaseMs, tasks, queues);
   }
 
   /** The heartbeat: renews `workerId`'s leases in one statement; one answer per lease. */
   renewLeases(workerId: string, leases: readonly Lease[], leaseMs: number): Promise<LeaseRenewal[]> {
     this.assertOpen();
-    return this.store.renewLeases(this.pool, workerId, leases, leaseMs);
+    return this.store.lease.renewLeases(this.pool, workerId, leases, leaseMs);
   }
 
   /** Milliseconds (database time) until the next pending job of these tasks/queues is due; null if none. */
   nextDueInMs(tasks: string[] | null, queues: string[] | null): Promise<number | null> {
     this.assertOpen();
-    return this.store.nextDueInMs(this.pool, tasks, queues);
+    return this.store.claim.nextDueInMs(this.pool, tasks, queues);
   }
 
   /** Sends `payload` on the schema's channel (a worker's LISTEN self-check). */
   notify(payload: string): Promise<void> {
     this.assertOpen();
-    return this.store.notify(this.pool, payload);
+    return this.store.observe.notify(this.pool, payload);
   }
 
   /** Deletes up to `limit` finished jobs past `retention.keepFinishedMs` (the pruner); returns how many. */
@@ -132,7 +132,7 @@ export class Engine {
     const { keepFinishedMs } = this.settings.retention;
     return keepFinishedMs === null
       ? Promise.resolve(0)
-      : this.store.pruneFinished(this.pool, keepFinishedMs, limit);
+      : this.store.admin.pruneFinished(this.pool, keepFinishedMs, limit);
   }
 
   /**
@@ -185,8 +185,8 @@ export class Engine {
    */
   async replicaLag(): Promise<number | null> {
     if (this.readPool === null) return null;
-    const primaryLsn = await this.store.walPosition(this.pool);
-    const { inRecovery, lagMs } = await this.read((db) => this.store.replicaLag(db, primaryLsn));
+    const primaryLsn = await this.store.observe.walPosition(this.pool);
+    const { inRecovery, lagMs } = await this.read((db) => this.store.observe.replicaLag(db, primaryLsn));
     if (!inRecovery && !this.warnedNotReplica) {
       this.warnedNotReplica = true;
       this.settings.logger?.warn?.(

@@ -55,10 +55,10 @@ export class Enqueuer {
   private async insertOne(db: Executor, job: NewJob): Promise<EnqueueResult> {
     const { store } = this.engine;
     for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
-      const id = await store.insertOne(db, job);
+      const id = await store.enqueue.insertOne(db, job);
       if (id !== null) return { id, created: true };
       // A dedupe hit: look the holder up in a new statement, whose snapshot sees it (§1.7).
-      const holders = await store.activeIdsByKey(db, [job.dedupeKey as string]);
+      const holders = await store.enqueue.activeIdsByKey(db, [job.dedupeKey as string]);
       const holder = holders.get(job.dedupeKey as string);
       if (holder !== undefined) return { id: holder, created: false };
     }
@@ -83,7 +83,7 @@ export class Enqueuer {
     for (let round = 0; todo.length > 0; round++) {
       try {
         if (round === MAX_DEDUPE_ROUNDS) throw dedupeRace(todo[0]?.job.dedupeKey ?? null);
-        const inserted = await store.insertMany(
+        const inserted = await store.enqueue.insertMany(
           db,
           todo.map((t) => t.job),
           notify,
@@ -96,7 +96,7 @@ export class Enqueuer {
         });
         todo = hits;
         if (hits.length === 0) break;
-        const holders = await store.activeIdsByKey(
+        const holders = await store.enqueue.activeIdsByKey(
           db,
           hits.map((h) => h.job.dedupeKey as string),
         );
@@ -156,7 +156,7 @@ export class Enqueuer {
       return;
     }
     const { store, pool, settings, schema } = this.engine;
-    this.hinting = store
+    this.hinting = store.observe
       .notify(pool, 'jobs')
       .catch((error: unknown) => {
         settings.logger?.warn?.({ err: error, schema }, 'skiplock: sending the wake-up NOTIFY failed');

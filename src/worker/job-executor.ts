@@ -122,7 +122,7 @@ async function completeInTransaction<T>(
       await statement(session, 'BEGIN', markBroken);
       let result: T;
       try {
-        if (!(await store.lockLease(session, run.job))) throw new LeaseLostError(run.job.id);
+        if (!(await store.lease.lockLease(session, run.job))) throw new LeaseLostError(run.job.id);
         run.setTransaction('open', () => {
           markBroken(new LeaseLostError(run.job.id));
           destroySocket(session);
@@ -182,7 +182,7 @@ async function rollBack(
   if (!wasOpen || run.leaseExpired) return;
   const sentAt = performance.now();
   try {
-    if (await store.renewLease(session, run.job, run.leaseMs)) run.armLease(sentAt);
+    if (await store.lease.renewLease(session, run.job, run.leaseMs)) run.armLease(sentAt);
     else run.expireNow(); // someone else owns the job now
   } catch (error) {
     if (isDriverError(error)) markBroken(error);

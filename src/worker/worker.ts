@@ -174,7 +174,7 @@ export class Worker extends EventEmitter {
       {
         reap: () => {
           engine.assertOpen();
-          return engine.store.reap(engine.pool);
+          return engine.store.lease.reap(engine.pool);
         },
         onReaped: (ids) => {
           this.emit('reaped', { ids });

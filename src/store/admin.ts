@@ -1,0 +1,214 @@
+/**
+ * Admin: requeue and cancel decided on the locked row, and deleting finished jobs in batches.
+ * Each statement is defined next to the method that binds its parameters; the quoted schema is
+ * spliced once, everything else is a parameter.
+ */
+import type { Executor } from '../db/executor.js';
+import { DatabaseError, DedupeConflictError } from '../errors.js';
+import type { JobStatus } from '../types.js';
+import { StatementFamily } from './runner.js';
+
+/** A job's status before and after a one-statement transition (`after` null: it did not apply). */
+export interface Transition {
+  before: JobStatus;
+  after: JobStatus | null;
+}
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function adminSql(s: string) {
+  const jobs = `${s}.jobs`;
+  return {
+    /**
+     * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
+     * locks the row first and decides on the locked (latest committed) status, so "unknown",
+     * "not dead: it is <status>" and "requeued" are one answer from the primary, never a read
+     * followed by a write. No row: unknown id; `after` null: the transition did not apply.
+     * $1 id, $2 channel.
+     */
+    requeue: `
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), requeued AS (
+        UPDATE ${jobs} AS j SET
+          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
+        FROM target AS t
+        WHERE j.id = t.id AND t.status = 'dead'
+        RETURNING j.id, j.status
+      )
+      SELECT t.status AS before, r.status AS after,
+             CASE WHEN r.id IS NOT NULL THEN pg_notify($2, 'jobs') END AS notified
+      FROM target AS t LEFT JOIN requeued AS r ON r.id = t.id`,
+
+    /**
+     * §1.2 one keyset batch of dead → pending (attempts reset, §1.8), optionally of one task;
+     * SKIP LOCKED so it never waits on a row another transition holds; §1.9 one NOTIFY.
+     * $1 task (or null), $2 after id, $3 batch size, $4 channel.
+     */
+    requeueDeadBatch: `
+      WITH picked AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
+        ORDER BY id LIMIT $3
+        FOR UPDATE SKIP LOCKED
+      ), requeued AS (
+        UPDATE ${jobs} SET
+          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
+        WHERE id IN (SELECT id FROM picked) AND status = 'dead'
+        RETURNING id
+      ), notified AS (
+        SELECT pg_notify($4, 'jobs') FROM (SELECT 1 FROM requeued LIMIT 1) AS any_requeued
+      )
+      SELECT (SELECT count(*) FROM requeued)::int AS requeued,
+             (SELECT max(id) FROM picked)::text AS last_id,
+             (SELECT array_agg(id::text) FROM picked) AS ids,
+             (SELECT count(*) FROM notified) AS notified`,
+
+    /** The ids of one keyset batch of dead jobs (the one-by-one fallback of requeueDeadBatch). */
+    deadIds: `
+      SELECT j.id::text AS id FROM ${jobs} AS j
+      WHERE j.status = 'dead' AND ($1::text IS NULL OR j.task = $1) AND j.id > $2::bigint
+      ORDER BY j.id LIMIT $3 -- the bigint id, not the text alias`,
+
+    /**
+     * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
+     * that the owning worker acts on). Finished jobs are left alone. The row is locked first and
+     * the transition decided on the locked (latest committed) status, so the status before and
+     * after come from one statement on the primary: no row is an unknown id, `after` null a job
+     * already finished (`before` says how), `before` running a cancellation requested.
+     * $1 id, $2 channel.
+     */
+    cancel: `
+      WITH target AS MATERIALIZED (
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), cancelled AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
+          cancel_requested_at = CASE WHEN t.status = 'running' THEN coalesce(j.cancel_requested_at, now())
+                                     ELSE j.cancel_requested_at END,
+          updated_at = now()
+        FROM target AS t
+        WHERE j.id = t.id AND t.status IN ('pending', 'running')
+        RETURNING j.id, j.status
+      )
+      SELECT t.status AS before, c.status AS after,
+             CASE WHEN c.status = 'running' THEN pg_notify($2, 'cancel:' || c.id) END AS notified
+      FROM target AS t LEFT JOIN cancelled AS c ON c.id = t.id`,
+
+    /**
+     * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after
+     * id $3: many short transactions instead of one long one.
+     */
+    pruneBatch: `
+      WITH victims AS (
+        SELECT id FROM ${jobs}
+        WHERE id > $3::bigint AND status = ANY($1::text[])
+          AND updated_at < now() - $2::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $4
+      ), deleted AS (
+        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) AND status = ANY($1::text[])
+          AND updated_at < now() - $2::float8 * interval '1 millisecond' -- re-checked on a row changed meanwhile
+        RETURNING id
+      )
+      SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,
+
+    /**
+     * §7 the background pruner (`retention.keepFinishedMs`): deletes up to $2 finished jobs last
+     * updated more than $1 ms ago, oldest first, through jobs_finished_idx — cheap when nothing
+     * is old enough, never a scan of the table. SKIP LOCKED: it never waits on a row someone
+     * else holds (a requeue, an admin action), nor makes them wait; a row that changed before
+     * its lock was taken is re-checked by the lock itself (only a still-finished, still-old row
+     * is deleted).
+     */
+    pruneFinished: `
+      WITH victims AS MATERIALIZED (
+        SELECT id FROM ${jobs}
+        WHERE status IN ('done', 'dead', 'cancelled')
+          AND updated_at < now() - $1::float8 * interval '1 millisecond'
+        ORDER BY updated_at
+        LIMIT $2
+        FOR UPDATE SKIP LOCKED
+      ), deleted AS (
+        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) RETURNING id
+      )
+      SELECT count(*)::int AS deleted FROM deleted`,
+  };
+}
+
+export class AdminStatements extends StatementFamily<ReturnType<typeof adminSql>> {
+  /**
+   * dead → pending, decided on the locked row: its status before, and after (`null`: not
+   * requeued); `null` for an unknown id. A {@link DedupeConflictError} when another active job
+   * holds its key.
+   */
+  async requeue(db: Executor, id: string): Promise<Transition | null> {
+    try {
+      const rows = await this.run<Transition>(db, this.sql.requeue, [id, this.channel]);
+      return rows[0] ? { before: rows[0].before, after: rows[0].after } : null;
+    } catch (error) {
+      if (error instanceof DatabaseError && error.sqlState === '23505') {
+        throw new DedupeConflictError(
+          `Job ${id} cannot be requeued: another active job holds its dedupe key. Cancel or finish that job first`,
+          null,
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+
+  /** Requeues one keyset batch of dead jobs; throws a DatabaseError 23505 when a key is taken. */
+  async requeueDeadBatch(
+    db: Executor,
+    task: string | null,
+    afterId: string,
+    batchSize: number,
+  ): Promise<{ requeued: number; lastId: string | null }> {
+    const rows = await this.run<{ requeued: number; last_id: string | null }>(db, this.sql.requeueDeadBatch, [
+      task,
+      afterId,
+      batchSize,
+      this.channel,
+    ]);
+    return { requeued: Number(rows[0]?.requeued ?? 0), lastId: rows[0]?.last_id ?? null };
+  }
+
+  async deadIds(db: Executor, task: string | null, afterId: string, batchSize: number): Promise<string[]> {
+    const rows = await this.run<{ id: string }>(db, this.sql.deadIds, [task, afterId, batchSize]);
+    return rows.map((row) => String(row.id));
+  }
+
+  /**
+   * pending → cancelled, running → cancellation requested, decided on the locked row: its status
+   * before, and after (`null`: finished, left alone); `null` for an unknown id.
+   */
+  async cancel(db: Executor, id: string): Promise<Transition | null> {
+    const rows = await this.run<Transition>(db, this.sql.cancel, [id, this.channel]);
+    return rows[0] ? { before: rows[0].before, after: rows[0].after } : null;
+  }
+
+  /** Deletes up to `batchSize` finished jobs after id `afterId`; returns the count and the cursor. */
+  async pruneBatch(
+    db: Executor,
+    statuses: readonly string[],
+    olderThanMs: number,
+    afterId: string,
+    batchSize: number,
+  ): Promise<{ deleted: number; lastId: string | null }> {
+    const rows = await this.run<{ deleted: number; last_id: string | null }>(db, this.sql.pruneBatch, [
+      statuses,
+      olderThanMs,
+      afterId,
+      batchSize,
+    ]);
+    return { deleted: Number(rows[0]?.deleted ?? 0), lastId: rows[0]?.last_id ?? null };
+  }
+
+  /** Deletes up to `limit` finished jobs older than `olderThanMs` (the background pruner); returns how many. */
+  async pruneFinished(db: Executor, olderThanMs: number, limit: number): Promise<number> {
+    const rows = await this.run<{ deleted: number }>(db, this.sql.pruneFinished, [olderThanMs, limit]);
+    return Number(rows[0]?.deleted ?? 0);
+  }
+}

@@ -1,0 +1,72 @@
+/**
+ * Claim: the one-statement pick-and-claim (§1.1) and the next due time of pending jobs. Each
+ * statement is defined next to the method that binds its parameters; the quoted schema is spliced
+ * once, everything else is a parameter.
+ */
+import { type JobRow, toClaimedJob } from '../core/job-row.js';
+import type { Executor } from '../db/executor.js';
+import type { ClaimedJob } from '../types.js';
+import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS } from './fragments.js';
+import { StatementFamily } from './runner.js';
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function claimSql(s: string) {
+  const jobs = `${s}.jobs`;
+  return {
+    /**
+     * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED (`pick_pending`, migration 5: always
+     * the ordered walk of the claim index, whatever the statistics) and claim in the same
+     * UPDATE; §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1,
+     * never reused); §1.4 lease and run_after in database time.
+     * Rows come back in claim order (microsecond run_after, numeric id).
+     * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
+     */
+    claim: `
+      WITH picked AS MATERIALIZED (
+        SELECT p.id FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) AS p(id)
+      )
+      , claimed AS (
+        UPDATE ${jobs} SET
+          status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
+          attempted_by = ${APPEND_ATTEMPTED_BY},
+          lease_until = now() + $5::float8 * interval '1 millisecond',
+          run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
+        -- by primary key whatever the statistics (a status test the planner can match to a
+        -- partial index made it scan every pending row on a never-analyzed table)
+        WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
+        RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
+      )
+      SELECT ${JOB_COLUMN_NAMES} FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
+
+    /**
+     * §1.4/§1.9 milliseconds (database time) until the earliest pending job of these tasks and
+     * queues becomes due, for the worker's wake-up timer; null when none is waiting.
+     */
+    nextDueInMs: `
+      SELECT extract(epoch FROM min(run_after) - now()) * 1000 AS ms FROM ${jobs}
+      WHERE status = 'pending' AND run_after > now()
+        AND ($1::text[] IS NULL OR task = ANY($1::text[]))
+        AND ($2::text[] IS NULL OR queue = ANY($2::text[]))`,
+  };
+}
+
+export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>> {
+  async claim(
+    db: Executor,
+    workerId: string,
+    limit: number,
+    leaseMs: number,
+    tasks: string[] | null,
+    queues: string[] | null,
+  ): Promise<ClaimedJob[]> {
+    const rows = await this.run<JobRow>(db, this.sql.claim, [workerId, limit, tasks, queues, leaseMs]);
+    return rows.map(toClaimedJob);
+  }
+
+  /** Milliseconds until the next pending job of these tasks/queues is due, or null. */
+  async nextDueInMs(db: Executor, tasks: string[] | null, queues: string[] | null): Promise<number | null> {
+    const rows = await this.run<{ ms: string | number | null }>(db, this.sql.nextDueInMs, [tasks, queues]);
+    const ms = rows[0]?.ms;
+    return ms === null || ms === undefined ? null : Math.max(0, Number(ms));
+  }
+}

@@ -1,0 +1,115 @@
+/**
+ * Enqueue: one job or a batch in one INSERT (§1.6, §1.7 dedupe through the partial unique index,
+ * §1.9 NOTIFY), and the holders of dedupe keys. Each statement is defined next to the method that
+ * binds its parameters; the quoted schema is spliced once, everything else is a parameter.
+ */
+import type { NewJob } from '../core/job-spec.js';
+import type { Executor } from '../db/executor.js';
+import { quoteLiteral } from '../db/identifier.js';
+import { ACTIVE, ON_DEDUPE_CONFLICT, RUN_AFTER } from './fragments.js';
+import { StatementFamily } from './runner.js';
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function enqueueSql(s: string) {
+  const jobs = `${s}.jobs`;
+  return {
+    /**
+     * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
+     * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit.
+     * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
+     * $8 delay_ms, $9 timeout_ms, $10 channel.
+     */
+    insertOne: `
+      WITH ins AS (
+        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9)
+        ${ON_DEDUPE_CONFLICT}
+        RETURNING id
+      )
+      SELECT id::text AS id, pg_notify($10, 'jobs') FROM ins`,
+
+    /**
+     * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
+     * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch,
+     * in its transaction — or none when $10 is null (the caller then hints after the commit).
+     */
+    insertMany: `
+      WITH input AS MATERIALIZED (
+        SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
+                    $7::timestamptz[], $8::float8[], $9::int[])
+             WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
+                                  run_at, delay_ms, timeout_ms, ord)
+      ), ins AS (
+        INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
+               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms
+        -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
+        -- one order and never deadlock (a key repeated in the batch: its first entry wins)
+        FROM input ORDER BY dedupe_key, ord
+        ${ON_DEDUPE_CONFLICT}
+        RETURNING id
+      ), notified AS (
+        SELECT pg_notify($10, 'jobs') FROM (SELECT 1 FROM ins LIMIT 1) AS any_inserted WHERE $10::text IS NOT NULL
+      )
+      SELECT input.id::text AS id, (ins.id IS NOT NULL) AS created,
+             (SELECT count(*) FROM notified) AS notified
+      FROM input LEFT JOIN ins ON ins.id = input.id
+      ORDER BY input.ord`,
+
+    /** §1.7 the active holders of some dedupe keys (after an insert met a conflict). */
+    activeIdsByKey: `
+      SELECT id::text AS id, dedupe_key FROM ${jobs}
+      WHERE dedupe_key = ANY($1::text[]) AND ${ACTIVE}`,
+  };
+}
+
+export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueueSql>> {
+  /** Inserts one job; `null` on a dedupe hit (the caller then looks the holder up). */
+  async insertOne(db: Executor, job: NewJob): Promise<string | null> {
+    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [
+      job.queue,
+      job.task,
+      job.payloadJson,
+      job.priority,
+      job.dedupeKey,
+      job.maxAttempts,
+      job.runAt?.toISOString() ?? null,
+      job.delayMs,
+      job.timeoutMs,
+      this.channel,
+    ]);
+    return rows[0]?.id ?? null;
+  }
+
+  /**
+   * Inserts a batch in one statement; per input row, its id and whether it was inserted. With
+   * `notify` false no NOTIFY is sent in the statement (the caller hints after the commit).
+   */
+  async insertMany(
+    db: Executor,
+    jobs: readonly NewJob[],
+    notify = true,
+  ): Promise<{ id: string; created: boolean }[]> {
+    const column = <T>(pick: (job: NewJob) => T) => jobs.map(pick);
+    const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertMany, [
+      column((j) => j.queue),
+      column((j) => j.task),
+      column((j) => j.payloadJson),
+      column((j) => j.priority),
+      column((j) => j.dedupeKey),
+      column((j) => j.maxAttempts),
+      column((j) => j.runAt?.toISOString() ?? null),
+      column((j) => j.delayMs),
+      column((j) => j.timeoutMs),
+      notify ? this.channel : null,
+    ]);
+    return rows.map((row) => ({ id: String(row.id), created: row.created }));
+  }
+
+  /** The ids of the active jobs holding these dedupe keys, by key. */
+  async activeIdsByKey(db: Executor, keys: readonly string[]): Promise<Map<string, string>> {
+    const rows = await this.run<{ id: string; dedupe_key: string }>(db, this.sql.activeIdsByKey, [keys]);
+    return new Map(rows.map((row) => [row.dedupe_key, String(row.id)]));
+  }
+}

@@ -1,0 +1,336 @@
+/**
+ * Observability: single jobs, pages, counts (cheap on any table size, §7), throughput, the
+ * replica lag, and NOTIFY. Each statement is defined next to the method that binds its
+ * parameters; the quoted schema is spliced once, everything else is a parameter.
+ */
+import { type JobRow, toJob } from '../core/job-row.js';
+import type { Executor } from '../db/executor.js';
+import type { Job, JobStatus } from '../types.js';
+import { ACTIVE, COMPLETED_DELETED, JOB_COLUMNS, MAX_BIGINT } from './fragments.js';
+import { StatementFamily } from './runner.js';
+
+/** Rows counted exactly before `counts()` switches a finished status to an estimate (§7). */
+export const EXACT_COUNT_LIMIT = 10_000;
+
+/** Rows one `listPage` examines by primary key at most (a rare status's own rows aside). */
+export const LIST_WINDOW = 10_000;
+
+/** Counts by status, with the statuses whose figure is an estimate. */
+export interface StatusCounts {
+  counts: Record<JobStatus, number>;
+  estimated: JobStatus[];
+}
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function observeSql(s: string) {
+  const jobs = `${s}.jobs`;
+  const counters = `${s}.counters`;
+  return {
+    /** §1.9 a hint on the schema's channel (the worker's LISTEN self-check). $1 channel, $2 payload. */
+    notify: `SELECT pg_notify($1, $2)`,
+
+    /** One job by id. */
+    get: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`,
+
+    /** §1.7 the active job holding a dedupe key (through the unique partial index). */
+    findActive: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE dedupe_key = $1 AND ${ACTIVE}`,
+
+    /** Newest first, keyset-paged on id; every filter optional. */
+    list: `
+      SELECT ${JOB_COLUMNS} FROM ${jobs} AS j
+      WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR task = $2)
+        AND ($3::text IS NULL OR queue = $3) AND ($4::bigint IS NULL OR j.id < $4::bigint)
+      ORDER BY j.id DESC -- the table's bigint id, not the text alias of the select list
+      LIMIT $5`,
+
+    /**
+     * §5/§7 a bounded page, newest first: no filter can make it read the whole table.
+     * - A status with a partial index (pending, running, dead, cancelled) is read through it, at
+     *   most $6 + 1 rows; when it has no more than $6 rows they are all the candidates, and the
+     *   answer is complete (`scanned_to` null).
+     * - Otherwise (no status, `done`, or more than $6 rows of it) the $6 newest rows below the
+     *   cursor are examined by primary key, lazily (the scan stops once the page is full), and
+     *   filtered; when the page is not full, `scanned_to` is the lowest id of that window if the
+     *   window was full (older jobs may still match), else null (the table ran out).
+     * The cursor is a bound of the index scan in any plan: `coalesce`, not `$4 IS NULL OR …`,
+     * which a generic plan can only apply as a filter. One row with null job columns when the
+     * page is empty. $1 status, $2 task, $3 queue (each or null), $4 before id (or null),
+     * $5 limit, $6 window.
+     */
+    listPage: `
+      WITH by_status AS MATERIALIZED (
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'pending' AND $1::text = 'pending' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'running' AND $1::text = 'running' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'dead' AND $1::text = 'dead' LIMIT $6::int + 1)
+        UNION ALL
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'cancelled' AND $1::text = 'cancelled' LIMIT $6::int + 1)
+      ), whole AS MATERIALIZED (
+        SELECT count(*) <= $6::int AND coalesce($1::text IN ('pending', 'running', 'dead', 'cancelled'), false) AS yes
+        FROM by_status
+      ), matched AS MATERIALIZED (
+        (SELECT b.id FROM by_status AS b
+         WHERE (SELECT yes FROM whole) AND b.id < coalesce($4::bigint, ${MAX_BIGINT})
+           AND ($2::text IS NULL OR b.task = $2) AND ($3::text IS NULL OR b.queue = $3)
+         ORDER BY b.id DESC LIMIT $5)
+        UNION ALL
+        (SELECT w.id FROM (
+           SELECT j.id, j.status, j.task, j.queue FROM ${jobs} AS j
+           WHERE NOT (SELECT yes FROM whole) AND j.id < coalesce($4::bigint, ${MAX_BIGINT})
+           ORDER BY j.id DESC LIMIT $6
+         ) AS w
+         WHERE ($1::text IS NULL OR w.status = $1) AND ($2::text IS NULL OR w.task = $2)
+           AND ($3::text IS NULL OR w.queue = $3)
+         ORDER BY w.id DESC LIMIT $5)
+      ), page AS (
+        SELECT ${JOB_COLUMNS}, j.id AS sort_id FROM ${jobs} AS j
+        WHERE j.id = ANY (ARRAY(SELECT id FROM matched))
+      ), edge AS (
+        SELECT CASE WHEN NOT (SELECT yes FROM whole) AND (SELECT count(*) FROM matched) < $5 THEN (
+                 SELECT CASE WHEN count(*) = $6 THEN min(w.id)::text END FROM (
+                   SELECT j.id FROM ${jobs} AS j WHERE j.id < coalesce($4::bigint, ${MAX_BIGINT})
+                   ORDER BY j.id DESC LIMIT $6) AS w)
+               END AS scanned_to
+      )
+      SELECT edge.scanned_to, page.* FROM edge LEFT JOIN page ON true
+      ORDER BY page.sort_id DESC`,
+
+    /**
+     * §7 counts without a full-table count: pending and running exactly through their partial
+     * indexes; each finished status exactly up to $1 rows (through jobs_finished_idx and the
+     * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
+     * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
+     * `done_deleted`: completions deleted at once (`retention: { completed: 'delete' }`), from
+     * their maintained counter (at most 16 rows). $1 exact limit, $2 schema name.
+     */
+    counts: `
+      WITH rel AS (
+        SELECT c.oid, c.relname, c.relpages, greatest(c.reltuples, 0)::float8 AS reltuples
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = $2 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
+      ), est AS MATERIALIZED (
+        SELECT
+          -- the planner's own estimate: rows per page at the last VACUUM/ANALYZE times the
+          -- table's pages now; before any, the statistics collector's live-row count
+          (SELECT CASE WHEN relpages > 0
+                       THEN reltuples / relpages * (pg_relation_size(oid) / current_setting('block_size')::float8)
+                       ELSE coalesce(pg_stat_get_live_tuples(oid), 0)::float8 END
+             FROM rel WHERE relname = 'jobs') AS table_rows,
+          (SELECT reltuples FROM rel WHERE relname = 'jobs_dead_idx') AS dead_rows,
+          (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
+      ), exact AS MATERIALIZED (
+        SELECT
+          (SELECT count(*) FROM ${jobs} WHERE status = 'pending') AS pending,
+          (SELECT count(*) FROM ${jobs} WHERE status = 'running') AS running,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT $1) d) AS done,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT $1) d) AS dead,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT $1) c) AS cancelled
+      )
+      SELECT exact.pending::float8 AS pending, exact.running::float8 AS running,
+             CASE WHEN exact.dead < $1 THEN exact.dead::float8
+                  ELSE greatest(exact.dead::float8, est.dead_rows) END AS dead,
+             CASE WHEN exact.cancelled < $1 THEN exact.cancelled::float8
+                  ELSE greatest(exact.cancelled::float8, est.cancelled_rows) END AS cancelled,
+             CASE WHEN exact.done < $1 THEN exact.done::float8
+                  ELSE greatest(exact.done::float8,
+                                est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
+             END AS done,
+             (exact.done >= $1) AS done_estimated, (exact.dead >= $1) AS dead_estimated,
+             (exact.cancelled >= $1) AS cancelled_estimated,
+             (SELECT coalesce(sum(n), 0) FROM ${counters} WHERE name = '${COMPLETED_DELETED}')::float8 AS done_deleted
+      FROM exact, est`,
+
+    /**
+     * Live jobs by queue and status, §7: one branch per status so each reads only its partial
+     * index's rows (a single `status IN (…)` cannot use the partial indexes and scans the table).
+     */
+    liveByQueue: `
+      SELECT queue, 'pending' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'pending' GROUP BY queue
+      UNION ALL
+      SELECT queue, 'running' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'running' GROUP BY queue`,
+
+    /**
+     * Finished jobs per time bucket over the last $2 ms, through jobs_finished_idx (§7).
+     * $1 bucket ms. Bucket starts are epoch milliseconds, aligned to the bucket size.
+     */
+    finishedPerBucket: `
+      SELECT (extract(epoch FROM date_bin($1::float8 * interval '1 millisecond', updated_at,
+                                          timestamptz '1970-01-01 00:00:00+00')) * 1000)::float8 AS bucket,
+             status, count(*)::float8 AS n
+      FROM ${jobs}
+      WHERE status IN ('done', 'dead', 'cancelled') AND updated_at > now() - $2::float8 * interval '1 millisecond'
+      GROUP BY 1, 2
+      ORDER BY 1`,
+
+    /**
+     * §7 the rest of ops(), each through a partial index: dead and deadline failures of the
+     * last hour, stuck running jobs ($1: stuck threshold in ms), age of the oldest due job.
+     */
+    opsExtras: `
+      SELECT
+        (SELECT count(*) FROM ${jobs} WHERE status = 'dead' AND updated_at > now() - interval '1 hour')::float8 AS dead1h,
+        (SELECT count(*) FROM ${jobs} WHERE status = 'running'
+           AND (lease_until < now() OR run_started_at < now() - $1::float8 * interval '1 millisecond'))::float8 AS stuck_running,
+        coalesce(floor(extract(epoch FROM now() - (SELECT min(run_after) FROM ${jobs}
+           WHERE status = 'pending' AND run_after <= now()))), 0)::float8 AS oldest_pending_sec,
+        (SELECT count(*) FROM ${jobs} WHERE last_error LIKE 'JobDeadlineExceeded%'
+           AND updated_at > now() - interval '1 hour')::float8 AS deadline1h`,
+
+    /**
+     * §7 replica lag, step 1, on the primary: its WAL position now. Every change committed
+     * before this call lies at or before it. Reads no table.
+     */
+    walPosition: `SELECT pg_current_wal_lsn()::text AS lsn`,
+
+    /**
+     * §7 replica lag, step 2, on the read replica: 0 once it has replayed up to the primary's
+     * position $1 (every change committed before ops() began is visible there), else the age
+     * of the last transaction it replayed — how old its view may be; null when it cannot tell
+     * (behind, and no transaction replayed since it started). A server that is not in recovery
+     * is a primary: nothing to replay, lag 0 (the caller warns). Reads no table.
+     */
+    replicaLag: `
+      SELECT pg_is_in_recovery() AS in_recovery,
+             CASE WHEN NOT pg_is_in_recovery() THEN 0
+                  WHEN pg_last_wal_replay_lsn() >= $1::pg_lsn THEN 0
+                  ELSE greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)
+             END::float8 AS lag_ms`,
+  };
+}
+
+export class ObserveStatements extends StatementFamily<ReturnType<typeof observeSql>> {
+  async notify(db: Executor, payload: string): Promise<void> {
+    await this.run(db, this.sql.notify, [this.channel, payload]);
+  }
+
+  async get(db: Executor, id: string): Promise<Job | null> {
+    const rows = await this.run<JobRow>(db, this.sql.get, [id]);
+    return rows[0] ? toJob(rows[0]) : null;
+  }
+
+  async findActive(db: Executor, dedupeKey: string): Promise<Job | null> {
+    const rows = await this.run<JobRow>(db, this.sql.findActive, [dedupeKey]);
+    return rows[0] ? toJob(rows[0]) : null;
+  }
+
+  async list(
+    db: Executor,
+    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    limit: number,
+  ): Promise<Job[]> {
+    const rows = await this.run<JobRow>(db, this.sql.list, [
+      filter.status,
+      filter.task,
+      filter.queue,
+      filter.after,
+      limit,
+    ]);
+    return rows.map(toJob);
+  }
+
+  /**
+   * A bounded page, newest first (see the `listPage` statement): at most `window` rows examined
+   * beyond the rows of a rare status. `scannedTo`: the lowest id examined when the page is not
+   * full but older jobs may still match; null when the answer is complete.
+   */
+  async listPage(
+    db: Executor,
+    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    limit: number,
+    window = LIST_WINDOW,
+  ): Promise<{ jobs: Job[]; scannedTo: string | null }> {
+    const rows = await this.run<JobRow & { scanned_to: string | null }>(db, this.sql.listPage, [
+      filter.status,
+      filter.task,
+      filter.queue,
+      filter.after,
+      limit,
+      window,
+    ]);
+    return {
+      jobs: rows.filter((row) => row.id !== null).map(toJob),
+      scannedTo: rows[0]?.scanned_to ?? null,
+    };
+  }
+
+  async counts(db: Executor): Promise<StatusCounts> {
+    const rows = await this.run<Record<string, number | boolean>>(db, this.sql.counts, [
+      EXACT_COUNT_LIMIT,
+      this.schema,
+    ]);
+    const row = rows[0] ?? {};
+    const counts = {
+      pending: Number(row.pending ?? 0),
+      running: Number(row.running ?? 0),
+      // done rows, plus completions deleted at once and counted instead (§7)
+      done: Math.round(Number(row.done ?? 0)) + Number(row.done_deleted ?? 0),
+      dead: Math.round(Number(row.dead ?? 0)),
+      cancelled: Math.round(Number(row.cancelled ?? 0)),
+    };
+    const estimated: JobStatus[] = [];
+    if (row.done_estimated) estimated.push('done');
+    if (row.dead_estimated) estimated.push('dead');
+    if (row.cancelled_estimated) estimated.push('cancelled');
+    return { counts, estimated };
+  }
+
+  async liveByQueue(
+    db: Executor,
+  ): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
+    const rows = await this.run<{ queue: string; status: 'pending' | 'running'; n: number }>(
+      db,
+      this.sql.liveByQueue,
+      [],
+    );
+    return rows.map((row) => ({ queue: row.queue, status: row.status, count: Number(row.n) }));
+  }
+
+  async finishedPerBucket(
+    db: Executor,
+    bucketMs: number,
+    windowMs: number,
+  ): Promise<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; count: number }[]> {
+    const rows = await this.run<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; n: number }>(
+      db,
+      this.sql.finishedPerBucket,
+      [bucketMs, windowMs],
+    );
+    return rows.map((row) => ({ bucket: Number(row.bucket), status: row.status, count: Number(row.n) }));
+  }
+
+  async opsExtras(
+    db: Executor,
+    stuckAfterMs: number,
+  ): Promise<{ dead1h: number; stuckRunning: number; oldestPendingSec: number; deadline1h: number }> {
+    const rows = await this.run<Record<string, number>>(db, this.sql.opsExtras, [stuckAfterMs]);
+    const row = rows[0] ?? {};
+    return {
+      dead1h: Number(row.dead1h ?? 0),
+      stuckRunning: Number(row.stuck_running ?? 0),
+      oldestPendingSec: Number(row.oldest_pending_sec ?? 0),
+      deadline1h: Number(row.deadline1h ?? 0),
+    };
+  }
+
+  /** The primary's WAL position now (`pg_lsn` as text): step 1 of the replica lag. */
+  async walPosition(db: Executor): Promise<string> {
+    const rows = await this.run<{ lsn: string }>(db, this.sql.walPosition, []);
+    return String(rows[0]?.lsn);
+  }
+
+  /**
+   * Step 2 of the replica lag, on the replica: ms behind the primary's position `primaryLsn`
+   * (0 when replayed up to it; null when it cannot tell), and whether it is a replica at all.
+   */
+  async replicaLag(db: Executor, primaryLsn: string): Promise<{ inRecovery: boolean; lagMs: number | null }> {
+    const rows = await this.run<{ in_recovery: boolean; lag_ms: number | null }>(db, this.sql.replicaLag, [
+      primaryLsn,
+    ]);
+    const lag = rows[0]?.lag_ms;
+    return {
+      inRecovery: rows[0]?.in_recovery === true,
+      lagMs: lag === null || lag === undefined ? null : Math.ceil(Number(lag)), // 0 only when caught up
+    };
+  }
+}
