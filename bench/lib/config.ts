@@ -52,7 +52,7 @@ export const FULL: Sizes = {
   w6OpsSamples: 50,
   pgbenchSeconds: 10,
   pgbenchClients: 8,
-  w7Jobs: 100_000,
+  w7Jobs: 50_000,
   w7Processes: [1, 2, 4, 8],
   w7Concurrency: 50,
 };
@@ -95,7 +95,7 @@ export const USAGE = `Usage: npm run bench -- [options]
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
-  --workloads W1,W3    only these workloads (W1..W6, pgbench)
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W7, pgbench)
 
 Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
 (default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),
