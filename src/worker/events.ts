@@ -49,3 +49,28 @@ export interface WorkerEvents {
 }
 
 export type WorkerEventName = keyof WorkerEvents;
+
+/** Running totals since start(). */
+export interface WorkerStats {
+  running: number;
+  claimed: number;
+  done: number;
+  retried: number;
+  dead: number;
+  cancelled: number;
+  released: number;
+  leaseLost: number;
+  /** Handlers that ignored their aborted signal past the grace period (see `job:runaway`). */
+  runaway: number;
+}
+
+/** The events that move a counter of {@link WorkerStats}, and which. */
+export const COUNTED = {
+  'job:done': 'done',
+  'job:retry': 'retried',
+  'job:dead': 'dead',
+  'job:cancelled': 'cancelled',
+  'job:released': 'released',
+  'lease:lost': 'leaseLost',
+  'job:runaway': 'runaway',
+} as const;

@@ -49,7 +49,6 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   const outcome = await run.outcomeOf(settled);
   run.clearTimers();
   run.phase = 'writing';
-  deps.onSettled();
   if (outcome.kind === 'abandoned' && run.abortReason) {
     deps.emit('job:runaway', {
       job: run.job,
@@ -61,6 +60,7 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
     // lost lease cuts its connection, so this wait is bounded by the lease).
     if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
   }
+  deps.onSettled();
   await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 

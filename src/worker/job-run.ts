@@ -68,7 +68,7 @@ const abortedOf = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborte
 /**
  * Makes reading `signal.aborted` (or calling `signal.throwIfAborted()`) look at the lease
  * deadline first. After a process resumes from a pause, Node runs I/O callbacks — and the
- * timers that fell due during the pause, in due order — before the worker's own lease timers
+ * timers that fell due during the pause, in due order — before the worker's lease clock
  * may have fired: a handler that checks its signal right before a side effect must still learn
  * that its lease is gone. The signal stays a real AbortSignal (fetch and others accept it).
  */

@@ -79,8 +79,8 @@ export class LeaseKeeper {
     try {
       answers = await this.deps.renew(runs);
     } catch (error) {
-      // The database is unreachable: handlers keep running and the next beat tries again; each
-      // run's own lease timer aborts it when its lease may be gone.
+      // The database is unreachable: handlers keep running and the next beat tries again; the
+      // lease clock aborts each run when its lease may be gone.
       this.deps.onError(error, 'renewing leases');
       return;
     }

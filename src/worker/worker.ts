@@ -22,48 +22,25 @@ import { DatabaseError, SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
-import type { WorkerEvents } from './events.js';
-import { execute } from './job-executor.js';
-import { JobRun, leaseClockMs } from './job-run.js';
+import { Dispatcher } from './dispatcher.js';
+import { COUNTED, type WorkerEvents, type WorkerStats } from './events.js';
+
+export type { WorkerStats } from './events.js';
+
+import { type JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { ListenProbe } from './listen-probe.js';
-import { LocalQueue } from './local-queue.js';
 import { Pruner, Reaper } from './maintenance.js';
 import { type WorkerOptions, type WorkerSettings, workerQueue, workerSettings } from './options.js';
 
 type State = 'idle' | 'running' | 'stopping' | 'stopped';
 
-/** Running totals since start(). */
-export interface WorkerStats {
-  running: number;
-  claimed: number;
-  done: number;
-  retried: number;
-  dead: number;
-  cancelled: number;
-  released: number;
-  leaseLost: number;
-  /** Handlers that ignored their aborted signal past the grace period (see `job:runaway`). */
-  runaway: number;
-}
-
-/** The events that move a counter of {@link WorkerStats}, and which. */
-const COUNTED = {
-  'job:done': 'done',
-  'job:retry': 'retried',
-  'job:dead': 'dead',
-  'job:cancelled': 'cancelled',
-  'job:released': 'released',
-  'lease:lost': 'leaseLost',
-  'job:runaway': 'runaway',
-} as const;
-
+/** How often a worker prunes, at least (a tiny keepFinishedMs must not make it poll in a loop). */
+const MIN_PRUNE_INTERVAL_MS = 1_000;
 /** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
 const PRUNE_INTERVAL_MS = 60_000;
 /** Finished jobs deleted per pruning statement: short transactions, small WAL bursts. */
 const PRUNE_BATCH = 1_000;
-/** Most jobs one claim statement takes (the Queue's own bound of `claim`). */
-const MAX_CLAIM_BATCH = 1_000;
 /** On stop, past the grace period: time for settled handlers' outcome statements. */
 const STOP_WRITE_ALLOWANCE_MS = 2_000;
 
@@ -104,22 +81,14 @@ export class Worker extends EventEmitter {
   readonly queue: Queue;
   private readonly settings: WorkerSettings;
   private readonly ownsQueue: boolean;
-  /**
-   * Every claim this worker holds, held (not started), running or writing its outcome, by
-   * `id/token`: an old claim still winding down never hides the new one.
-   */
-  private readonly runs = new Map<string, JobRun>();
-  /** Claimed ahead of free slots, waiting to start (prefetch). */
-  private readonly localQueue = new LocalQueue();
-  /** Handlers running now (runs in phase 'running'): at most `concurrency`. */
-  private executing = 0;
+  /** The runs from claim to written outcome: the local queue, the slots, the window. */
+  private readonly dispatcher: Dispatcher;
   private readonly claimLoop: ClaimLoop;
   private readonly keeper: LeaseKeeper;
   private readonly reaper: Reaper;
   private readonly pruner: Pruner | null;
   private readonly listener: NotificationListener | null;
-  private readonly counters: Omit<WorkerStats, 'running'> = {
-    claimed: 0,
+  private readonly counters: Omit<WorkerStats, 'running' | 'claimed'> = {
     done: 0,
     retried: 0,
     dead: 0,
@@ -145,19 +114,33 @@ export class Worker extends EventEmitter {
     const engine = engineOf(this.queue, false);
     this.engine = engine;
     const onError = (error: unknown, during: string) => this.reportError(error, during);
+    this.dispatcher = new Dispatcher({
+      settings,
+      engine,
+      running: () => this.state === 'running',
+      emit: (event, payload) => {
+        this.count(event);
+        // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
+        if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
+        this.emit(event, payload);
+      },
+      onError,
+      onLeaseExpired: (run) => this.leaseExpired(run),
+      onFreed: () => this.claimLoop.slotFreed(),
+    });
     this.claimLoop = new ClaimLoop({
       claim: (limit) =>
         engine.claim(this.workerId, limit, settings.leaseMs, settings.taskNames, settings.queues),
       nextDueInMs: () => engine.nextDueInMs(settings.taskNames, settings.queues),
-      freeSlots: () => this.claimCapacity(),
-      accept: (jobs, sentAt) => this.accept(jobs, sentAt),
+      freeSlots: () => this.dispatcher.capacity(),
+      accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
       onError,
       pollIntervalMs: settings.pollIntervalMs,
     });
     this.keeper = new LeaseKeeper({
       intervalMs: Math.max(50, Math.floor(settings.leaseMs / 3)),
-      runs: () => this.runs.values(),
+      runs: () => this.dispatcher.runs.values(),
       clockMs: leaseClockMs(settings.leaseMs),
       renew: (runs) =>
         engine.renewLeases(
@@ -187,7 +170,10 @@ export class Worker extends EventEmitter {
       keepFinishedMs === null
         ? null
         : new Pruner(
-            { intervalMs: Math.min(keepFinishedMs, PRUNE_INTERVAL_MS), onError },
+            {
+              intervalMs: Math.max(MIN_PRUNE_INTERVAL_MS, Math.min(keepFinishedMs, PRUNE_INTERVAL_MS)),
+              onError,
+            },
             {
               batchSize: PRUNE_BATCH,
               pruneBatch: (limit) => engine.pruneFinished(limit),
@@ -286,12 +272,12 @@ export class Worker extends EventEmitter {
 
   /** Counters since start, and the jobs running now (started, outcome not yet written). */
   stats(): WorkerStats {
-    return { running: this.runs.size - this.localQueue.size, ...this.counters };
+    return { running: this.dispatcher.active, claimed: this.dispatcher.claimed, ...this.counters };
   }
 
   /** The jobs this worker is running now (not those claimed ahead and still waiting to start). */
   runningJobs(): ClaimedJob[] {
-    return [...this.runs.values()].filter((run) => run.phase !== 'held').map((run) => run.job);
+    return [...this.dispatcher.runs.values()].filter((run) => run.phase !== 'held').map((run) => run.job);
   }
 
   /** Loops' single steps, for tests and for callers that need determinism. */
@@ -305,42 +291,26 @@ export class Worker extends EventEmitter {
   private async drain(timeoutMs: number): Promise<void> {
     this.state = 'stopping';
     await this.claimLoop.stop(); // a claim in flight gives its jobs back
-    const held = this.localQueue.close();
-    for (const run of held) this.runs.delete(run.key);
-    await this.giveBack(held.map((run) => run.job));
-    for (const run of held) run.finish();
+    const { runs, runaways } = this.dispatcher;
+    await this.giveBack(this.dispatcher.closeHeld().map((run) => run.job));
     await this.reaper.stop();
     await this.pruner?.stop();
-    if (!(await this.allSettled(timeoutMs))) {
-      for (const run of this.runs.values()) run.abort('shutdown');
+    if (!(await this.dispatcher.allSettled(timeoutMs))) {
+      for (const run of runs.values()) run.abort('shutdown');
       // Settled handlers write their outcome now; runaways are abandoned after the grace period.
       const grace = this.settings.abortGraceMs + STOP_WRITE_ALLOWANCE_MS;
-      if (!(await this.allSettled(grace))) {
+      if (!(await this.dispatcher.allSettled(grace))) {
         // Outcome writes still retrying (the database away): the reaper recovers those jobs.
-        for (const run of this.runs.values()) run.closeWrites();
-        await Promise.all([...this.runs.values()].map((run) => run.inFlight?.catch(() => undefined)));
+        for (const run of runs.values()) run.closeWrites();
+        await Promise.all([...runs.values()].map((run) => run.inFlight?.catch(() => undefined)));
       }
     }
-    for (const run of this.runs.values()) run.closeWrites();
-    for (const run of this.runaways) run.closeWrites();
-    await Promise.all([...this.runaways].map((run) => run.inFlight?.catch(() => undefined)));
+    for (const run of runs.values()) run.closeWrites();
+    for (const run of runaways) run.closeWrites();
+    await Promise.all([...runaways].map((run) => run.inFlight?.catch(() => undefined)));
     await this.shutdown();
     this.state = 'stopped';
     this.settings.logger?.info?.({ workerId: this.workerId, ...this.counters }, 'skiplock worker stopped');
-  }
-
-  /** Waits up to `ms` for every run to finish; true when they all did. */
-  private async allSettled(ms: number): Promise<boolean> {
-    const finished = Promise.all([...this.runs.values()].map((run) => this.settledOf(run)));
-    let timer: NodeJS.Timeout | undefined;
-    const done = await Promise.race([
-      finished.then(() => true),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), ms);
-      }),
-    ]);
-    clearTimeout(timer);
-    return done && this.runs.size === 0;
   }
 
   /** Jobs claimed but never started, on stop: back to pending at once in one statement, attempt not spent. */
@@ -370,8 +340,8 @@ export class Worker extends EventEmitter {
     await this.reaper.stop();
     await this.pruner?.stop();
     await this.keeper.stop();
-    for (const run of this.runs.values()) run.finish();
-    for (const run of this.runaways) run.finish();
+    for (const run of this.dispatcher.runs.values()) run.finish();
+    for (const run of this.dispatcher.runaways) run.finish();
     await this.listener?.stop();
     if (this.ownsQueue) await this.queue.close();
   }
@@ -392,98 +362,6 @@ export class Worker extends EventEmitter {
   }
 
   private wakePause: (() => void) | null = null;
-  private readonly settled = new Map<string, Promise<void>>();
-  /** Handlers abandoned on stop that may still run: nothing is written for them after stop(). */
-  private readonly runaways = new Set<JobRun>();
-
-  private settledOf(run: JobRun): Promise<void> {
-    return this.settled.get(run.key) ?? Promise.resolve();
-  }
-
-  /**
-   * How many more jobs a claim may take now: up to `concurrency + prefetch` claims held in all
-   * (waiting, running or writing their outcome). Nothing while stopping. A small gap is left for
-   * later while jobs still wait locally, so claims come in batches rather than one per freed slot.
-   */
-  private claimCapacity(): number {
-    if (this.state !== 'running') return 0;
-    const { concurrency, prefetch } = this.settings;
-    const room = concurrency + prefetch - this.runs.size;
-    if (this.localQueue.size > 0 && room < Math.max(1, Math.floor((concurrency + prefetch) / 4))) return 0;
-    return Math.min(room, MAX_CLAIM_BATCH);
-  }
-
-  /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
-  private accept(jobs: ClaimedJob[], sentAt: number): void {
-    const runs = jobs.map((job) => {
-      const run = new JobRun(job, {
-        timeoutMs: job.timeoutMs ?? this.settings.tasks.get(job.task)?.timeoutMs ?? null,
-        leaseMs: this.settings.leaseMs,
-        graceMs: this.settings.abortGraceMs,
-        claimSentAt: sentAt,
-        onLeaseExpired: (expired) => this.leaseExpired(expired),
-      });
-      this.runs.set(run.key, run);
-      return run;
-    });
-    this.counters.claimed += runs.length;
-    this.localQueue.push(runs);
-    this.dispatch();
-  }
-
-  /** Starts held jobs while slots are free. */
-  private dispatch(): void {
-    while (this.executing < this.settings.concurrency && this.state === 'running') {
-      const run = this.localQueue.take();
-      if (run === null) return;
-      this.startRun(run);
-    }
-  }
-
-  /** Starts a held run's handler in a free slot. */
-  private startRun(run: JobRun): void {
-    const { job } = run;
-    const task = this.settings.tasks.get(job.task);
-    run.start();
-    this.executing++;
-    const handler =
-      task?.handler ??
-      (() => {
-        throw new Error(`No handler for task "${job.task}" in this worker`);
-      });
-    const done = execute(run, handler, {
-      engine: this.engine,
-      batchCompletions: this.settings.batchCompletions,
-      backoff: this.settings.backoff,
-      emit: (event, payload) => {
-        this.count(event);
-        // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
-        if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
-        this.emit(event, payload);
-      },
-      onError: (error, during) => this.reportError(error, during),
-      // The handler settled (or was given up on): its slot starts the next held job while the
-      // outcome is written (claims stay bounded by concurrency + prefetch until it is).
-      onSettled: () => {
-        this.executing--;
-        this.dispatch();
-      },
-    })
-      .catch((error: unknown) => this.reportError(error, `running job ${job.id}`))
-      .finally(() => {
-        if (run.phase === 'running') {
-          this.executing--; // execute() failed before the handler settled
-          this.dispatch();
-        }
-        if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
-        else run.finish();
-        this.runs.delete(run.key);
-        this.settled.delete(run.key);
-        this.claimLoop.slotFreed();
-      });
-    this.settled.set(run.key, done);
-  }
-
   private count(event: keyof WorkerEvents): void {
     const key = COUNTED[event as keyof typeof COUNTED];
     if (key) this.counters[key]++;
@@ -492,7 +370,7 @@ export class Worker extends EventEmitter {
   /** The renewal came back without this lease: someone else may own the job now. */
   private leaseLost(run: JobRun): void {
     if (run.phase === 'held') {
-      this.dropHeld(run);
+      this.dropHeld(run, false);
       return;
     }
     if (run.phase !== 'running' || run.abortReason === 'lost') return;
@@ -512,7 +390,7 @@ export class Worker extends EventEmitter {
     // it fails, the run calls this again.
     if (run.transaction === 'committing' || run.transaction === 'committed') return;
     if (run.phase === 'held') {
-      this.dropHeld(run);
+      this.dropHeld(run, true);
       return;
     }
     run.cutOpenTransaction();
@@ -521,22 +399,43 @@ export class Worker extends EventEmitter {
   }
 
   /**
-   * A held job's lease is gone before it started: it is never started here (the database hands
-   * it to another worker once the lease has expired there too). Reported as a lost lease.
+   * A held job's lease is gone, or may be, before it started: it is never started here. When
+   * only the local deadline passed (a blocked event loop, a pause), the database may still hold
+   * the lease: the job is given back at once, attempt not spent (its handler never ran, and a
+   * lease that is gone makes the compare-and-set change nothing); else it is reported lost.
    */
-  private dropHeld(run: JobRun): void {
-    run.finish();
-    this.runs.delete(run.key);
-    this.count('lease:lost');
-    this.emit('lease:lost', { job: run.job });
-    this.claimLoop.slotFreed();
+  private dropHeld(run: JobRun, giveBack: boolean): void {
+    this.dispatcher.drop(run);
+    const lost = () => {
+      this.count('lease:lost');
+      this.emit('lease:lost', { job: run.job });
+    };
+    if (!giveBack || this.state !== 'running') {
+      lost();
+      return;
+    }
+    this.engine.completer.releaseMany([run.job]).then(
+      ([released]) => {
+        if (!released) {
+          lost();
+          return;
+        }
+        this.count('job:released');
+        this.emit('job:released', { job: run.job });
+      },
+      (error: unknown) => {
+        this.reportError(error, `giving back job ${run.job.id} whose lease ran out before it started`);
+        lost();
+      },
+    );
   }
 
   private notified(payload: string): void {
     if (payload.startsWith('cancel:')) {
       const id = payload.slice('cancel:'.length);
-      for (const run of this.runs.values())
-        if (run.job.id === id && run.phase === 'running') run.abort('cancel');
+      // a held job starts already aborted (its handler never runs); a running one is aborted
+      for (const run of this.dispatcher.runs.values())
+        if (run.job.id === id && (run.phase === 'held' || run.phase === 'running')) run.abort('cancel');
     } else if (!this.probe.heard(payload)) {
       this.claimLoop.wake();
     }

@@ -55,13 +55,19 @@ export class Run {
   }
 
   end(outcome: 'returned' | 'threw', error?: unknown): void {
+    // The handler looks at its signal first, then records its end: reading `aborted` checks the
+    // lease deadline and may abort the run right here (a process resumed past its lease), and
+    // that abort must be recorded before the end it precedes. (Taking the end's time first made
+    // a run aborted by this very read look as if it had acted before its abort whenever the
+    // millisecond changed in between: one soak in CI, seed 87739538, the same seed clean on rerun.)
+    const aborted = this.signal.aborted;
     this.out.write({
       type: 'end',
       t: Date.now(),
       run: this.id,
       job: this.job,
       outcome,
-      aborted: this.signal.aborted,
+      aborted,
       ...(error === undefined
         ? {}
         : { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) }),

@@ -10,7 +10,10 @@
  *    the test had claimed meanwhile.
  *  - Worker.drain() without giving back the local queue: the stop test found the held jobs
  *    still running (owned by a stopped worker) instead of pending with 0 attempts.
- *  - JobRun.abort() ignoring a cancel while held: the cancel test saw the handler run.
+ *  - JobRun.abort() ignoring a cancel while held, or Worker.notified() aborting only running
+ *    runs: the cancel test saw the handler run.
+ *  - Worker.dropHeld() without its give-back: the blocked-loop test saw the held job come back
+ *    only through the reaper, with its attempt spent.
  *  - claimCapacity() without `- this.runs.size`: the bound test saw 40 jobs held at once.
  */
 import { expect, test } from 'vitest';
@@ -169,6 +172,7 @@ test('a job cancelled while it waits in the local queue ends cancelled and its h
     },
     concurrency: 1,
     prefetch: 1,
+    leaseMs: 60_000,
   });
   const first = await queue.enqueue('pf.cancel', {});
   await expect.poll(() => started).toEqual([first.id]);
@@ -176,9 +180,44 @@ test('a job cancelled while it waits in the local queue ends cancelled and its h
   await expect.poll(async () => (await queue.get(second.id))?.status).toBe('running'); // held
   const cancelled = nextEvent(worker, 'job:cancelled', (e) => e.job.id === second.id);
   expect(await queue.cancelOrThrow(second.id)).toMatchObject({ wasRunning: true });
-  await worker.tick.renewLeases(); // hears the request even if the NOTIFY were lost
+  // Only the NOTIFY tells the worker (the next heartbeat is 20 s away): give it time to arrive.
+  await new Promise((resolve) => setTimeout(resolve, 200));
   blocking.open();
   await within(cancelled, 5_000, 'job:cancelled for the held job');
   expect(started).toEqual([first.id]);
   expect(await queue.get(second.id)).toMatchObject({ status: 'cancelled' });
+});
+
+test('a held job whose local deadline passes (a blocked event loop) is given back at once, its attempt not spent', async () => {
+  const queue = db.queue();
+  const attempts: Record<string, number[]> = {};
+  let blocked = false;
+  const worker = await startWorker(db, {
+    tasks: {
+      'pf.blocked': async (_p: unknown, { job }) => {
+        attempts[job.id] = [...(attempts[job.id] ?? []), job.attempt];
+        if (!blocked) {
+          blocked = true;
+          const until = Date.now() + 600; // longer than the lease: nothing of the worker runs
+          while (Date.now() < until) {}
+        }
+      },
+    },
+    concurrency: 1,
+    prefetch: 1,
+    leaseMs: 300,
+    reapIntervalMs: 3_600_000, // only the give-back can bring the held job back soon
+  });
+  const released = nextEvent(worker, 'job:released');
+  const [first, second] = await queue.enqueueMany([
+    { task: 'pf.blocked', payload: {} },
+    { task: 'pf.blocked', payload: {} },
+  ]);
+  const { job } = await within(released, 5_000, 'job:released for the held job');
+  expect(job.id).toBe(second?.id);
+  await expect.poll(async () => (await queue.get(second!.id))?.status, { timeout: 5_000 }).toBe('done');
+  // It ran once, on its first attempt: the attempt claimed while it was held was given back.
+  expect(attempts[second!.id]).toEqual([1]);
+  expect((await queue.get(second!.id))?.attempts).toBe(1);
+  expect(attempts[first!.id]).toEqual([1]);
 });

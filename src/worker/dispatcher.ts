@@ -1,0 +1,177 @@
+/**
+ * The worker's runs from claim to written outcome: it takes what a claim brought into the local
+ * queue, starts held runs while slots are free (at most `concurrency` handlers at once), frees a
+ * slot when a handler settles (its outcome is written meanwhile), and says how much a claim may
+ * take (at most `concurrency + prefetch` runs held in all). On stop it hands back the runs still
+ * held, and waits for the others.
+ */
+import type { Engine } from '../engine/engine.js';
+import type { ClaimedJob } from '../types.js';
+import type { WorkerEvents } from './events.js';
+import { execute } from './job-executor.js';
+import { JobRun } from './job-run.js';
+import { LocalQueue } from './local-queue.js';
+import type { WorkerSettings } from './options.js';
+
+/** Most jobs one claim statement takes. */
+const MAX_CLAIM_BATCH = 1_000;
+
+export interface DispatcherDeps {
+  settings: WorkerSettings;
+  engine: Engine;
+  /** True while the worker runs (nothing starts, nothing is claimed while it stops). */
+  running(): boolean;
+  /** Counts, reports and emits a job's event. */
+  emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
+  onError(error: unknown, during: string): void;
+  /** A run's local lease deadline passed (the lease clock, a look at its signal, a write). */
+  onLeaseExpired(run: JobRun): void;
+  /** A slot or a place in the window was freed: claim again if work may be waiting. */
+  onFreed(): void;
+}
+
+export class Dispatcher {
+  /**
+   * Every claim this worker holds, held (not started), running or writing its outcome, by
+   * `id/token`: an old claim still winding down never hides the new one.
+   */
+  readonly runs = new Map<string, JobRun>();
+  /** Claimed ahead of free slots, waiting to start (prefetch). */
+  private readonly localQueue = new LocalQueue();
+  /** Handlers running now (runs in phase 'running'): at most `concurrency`. */
+  private executing = 0;
+  /** Each run's end (outcome written or dropped), for stop() to wait on. */
+  private readonly settled = new Map<string, Promise<void>>();
+  /** Handlers abandoned on stop that may still run: nothing is written for them after stop(). */
+  readonly runaways = new Set<JobRun>();
+  /** Jobs claimed since start. */
+  claimed = 0;
+  /** Runs started and not yet finished (running, or writing their outcome). */
+  private live = 0;
+
+  constructor(private readonly deps: DispatcherDeps) {}
+
+  /** Runs started and not yet finished (running, or writing their outcome). */
+  get active(): number {
+    return this.live;
+  }
+
+  /**
+   * How many more jobs a claim may take now: up to `concurrency + prefetch` claims held in all
+   * (waiting, running or writing their outcome). Nothing while stopping. A small gap is left for
+   * later while jobs still wait locally, so claims come in batches rather than one per freed slot.
+   */
+  capacity(): number {
+    if (!this.deps.running()) return 0;
+    const { concurrency, prefetch } = this.deps.settings;
+    const room = concurrency + prefetch - this.runs.size;
+    if (this.localQueue.size > 0 && room < Math.max(1, Math.floor((concurrency + prefetch) / 4))) return 0;
+    return Math.min(room, MAX_CLAIM_BATCH);
+  }
+
+  /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
+  accept(jobs: ClaimedJob[], sentAt: number): void {
+    const { settings } = this.deps;
+    const runs = jobs.map((job) => {
+      const run = new JobRun(job, {
+        timeoutMs: job.timeoutMs ?? settings.tasks.get(job.task)?.timeoutMs ?? null,
+        leaseMs: settings.leaseMs,
+        graceMs: settings.abortGraceMs,
+        claimSentAt: sentAt,
+        onLeaseExpired: (expired) => this.deps.onLeaseExpired(expired),
+      });
+      this.runs.set(run.key, run);
+      return run;
+    });
+    this.claimed += runs.length;
+    this.localQueue.push(runs);
+    this.dispatch();
+  }
+
+  /**
+   * A held run's lease is gone before it started: it is never started here (the database hands
+   * it to another worker once the lease has expired there too).
+   */
+  drop(run: JobRun): void {
+    run.finish();
+    this.runs.delete(run.key);
+    this.deps.onFreed();
+  }
+
+  /** Stops starting runs; returns the ones still held, removed, for the caller to give back. */
+  closeHeld(): JobRun[] {
+    const held = this.localQueue.close();
+    for (const run of held) {
+      this.runs.delete(run.key);
+      run.finish();
+    }
+    return held;
+  }
+
+  /** Waits up to `ms` for every run to finish; true when they all did. */
+  async allSettled(ms: number): Promise<boolean> {
+    const finished = Promise.all(
+      [...this.runs.values()].map((run) => this.settled.get(run.key) ?? Promise.resolve()),
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const done = await Promise.race([
+      finished.then(() => true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), ms);
+      }),
+    ]);
+    clearTimeout(timer);
+    return done && this.runs.size === 0;
+  }
+
+  /** Starts held jobs while slots are free. */
+  private dispatch(): void {
+    while (this.executing < this.deps.settings.concurrency && this.deps.running()) {
+      const run = this.localQueue.take();
+      if (run === null) return;
+      this.start(run);
+    }
+  }
+
+  /** Starts a held run's handler in a free slot. */
+  private start(run: JobRun): void {
+    const { job } = run;
+    const { settings, engine } = this.deps;
+    const task = settings.tasks.get(job.task);
+    run.start();
+    this.executing++;
+    this.live++;
+    const handler =
+      task?.handler ??
+      (() => {
+        throw new Error(`No handler for task "${job.task}" in this worker`);
+      });
+    const done = execute(run, handler, {
+      engine,
+      batchCompletions: settings.batchCompletions,
+      backoff: settings.backoff,
+      emit: (event, payload) => this.deps.emit(event, payload),
+      onError: (error, during) => this.deps.onError(error, during),
+      // The handler settled (or was given up on): its slot starts the next held job while the
+      // outcome is written (claims stay bounded by concurrency + prefetch until it is).
+      onSettled: () => {
+        this.executing--;
+        this.dispatch();
+      },
+    })
+      .catch((error: unknown) => this.deps.onError(error, `running job ${job.id}`))
+      .finally(() => {
+        if (run.phase === 'running') {
+          this.executing--; // execute() failed before the handler settled
+          this.dispatch();
+        }
+        if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
+        else run.finish();
+        this.live--;
+        this.runs.delete(run.key);
+        this.settled.delete(run.key);
+        this.deps.onFreed();
+      });
+    this.settled.set(run.key, done);
+  }
+}
