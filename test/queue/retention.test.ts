@@ -12,8 +12,10 @@
  *    first test counted 1 completion of 4.
  *  - pruneFinished without `status IN ('done', 'dead', 'cancelled')`: the pruner test saw the
  *    pending and running jobs deleted.
+ *  - the pruner's interval without its 1 s floor: the floor test counted 1,571 prune statements in 2.5 s.
  */
 import { expect, test } from 'vitest';
+import { engineOf } from '../../src/engine/engine.js';
 import { ValidationError } from '../../src/errors.js';
 import { useTestDatabase } from '../support/database.js';
 
@@ -165,4 +167,23 @@ test('bad retention settings are refused with nothing made', () => {
   expect(() =>
     db.worker({ queue, tasks: { t: async () => undefined }, retention: { completed: 'delete' } }),
   ).toThrow(/set it on the Queue/);
+});
+
+test('keepFinishedMs below a second: the pruner still runs at most about once a second', async () => {
+  const queue = db.queue({ schema: 'ret_floor', retention: { keepFinishedMs: 1 } });
+  await queue.migrate();
+  const engine = engineOf(queue);
+  const prune = engine.pruneFinished.bind(engine);
+  let calls = 0;
+  engine.pruneFinished = (limit: number) => {
+    calls++;
+    return prune(limit);
+  };
+  const worker = db.worker({ queue, tasks: { t: async () => undefined }, reapIntervalMs: 3_600_000 });
+  await worker.start();
+  await new Promise((resolve) => setTimeout(resolve, 2_500));
+  await worker.stop();
+  // The first tick at a random point of the first second, then every 0.8–1.2 s: at most 3.
+  expect(calls).toBeGreaterThanOrEqual(1);
+  expect(calls).toBeLessThanOrEqual(3);
 });

@@ -14,6 +14,8 @@
  *    runs: the cancel test saw the handler run.
  *  - Worker.dropHeld() without its give-back: the blocked-loop test saw the held job come back
  *    only through the reaper, with its attempt spent.
+ *  - stats().running as `runs.size - localQueue.size` (the queue still counting a dropped run):
+ *    the lost-lease test saw 0 running while the first job ran.
  *  - claimCapacity() without `- this.runs.size`: the bound test saw 40 jobs held at once.
  */
 import { expect, test } from 'vitest';
@@ -150,6 +152,8 @@ test('a held job whose lease is lost while it waits is never started here', asyn
   expect(other?.id).toBe(second.id);
   await worker.tick.renewLeases();
   await within(lost, 2_000, 'lease:lost for the held job');
+  expect(worker.stats().running).toBe(1); // the first job; the dropped one was never started
+  expect(worker.runningJobs().map((j) => j.id)).toEqual([first.id]);
 
   blocking.open();
   await expect.poll(() => worker.stats().done).toBe(1);
