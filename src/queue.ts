@@ -2,22 +2,28 @@ import type pg from 'pg';
 import { errorText } from './core/error-text.js';
 import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
 import {
-  optionalNameList,
+  claimArgs,
+  clientOption,
+  completeItems,
+  listArgs,
+  pruneArgs,
+  retryInMsArg,
+  taskFilterArg,
+  throughputArgs,
+} from './core/queue-args.js';
+import {
   optionsObject,
-  rejectUnknownKeys,
   requireInt,
   requireJobId,
   requireLease,
-  requireMs,
   requireName,
-  requireStatus,
   toJsonText,
 } from './core/validate.js';
 import { inTransaction } from './db/executor.js';
-import { prune, requeueDead } from './engine/bulk-ops.js';
+import { cancelOrThrow, prune, requeueDead, requeueOrThrow } from './engine/bulk-ops.js';
 import { attachEngine, Engine } from './engine/engine.js';
+import * as reads from './engine/reads.js';
 import type { QueueOptions } from './engine/settings.js';
-import { ConflictError, NotFoundError, ValidationError } from './errors.js';
 import type { MigrateResult } from './migrations/migrate.js';
 import type {
   CancelOutcome,
@@ -38,13 +44,8 @@ import type {
   RequeueOutcome,
 } from './types.js';
 
+export { MAX_CLAIM_LIMIT } from './core/queue-args.js';
 export type { QueueOptions, Retention } from './engine/settings.js';
-
-const CLAIM_KEYS = ['limit', 'leaseMs', 'queues', 'tasks'];
-const LIST_KEYS = ['status', 'task', 'queue', 'limit', 'after'];
-const FINISHED = ['done', 'dead', 'cancelled'] as const;
-/** Most jobs one claim may take. */
-export const MAX_CLAIM_LIMIT = 10_000;
 
 /**
  * A Skiplock queue on one PostgreSQL schema: enqueue, claim, and every transition of a job's
@@ -80,11 +81,9 @@ export class Queue {
   }
 
   /**
-   * Adds one job. Returns `{ id, created: true }`, or on a dedupe hit `{ id, created: false }`
-   * with the id of the active job that holds the key (SPEC §1.7). With `client`, the job joins
-   * the caller's open transaction and exists only if it commits (SPEC §1.6). Without it, calls
-   * that arrive together share one INSERT and one commit (`batchEnqueue`), each settling with
-   * its own job's fate.
+   * Adds one job: `{ id, created: true }`, or on a dedupe hit the active holder's `{ id, created:
+   * false }` (SPEC §1.7). With `client` it joins your open transaction (SPEC §1.6); without, calls
+   * that arrive together share one INSERT and one commit (`batchEnqueue`), each with its own fate.
    */
   async enqueue(
     task: string,
@@ -98,20 +97,15 @@ export class Queue {
   }
 
   /**
-   * Adds many jobs in one INSERT and one NOTIFY. Results are in input order. One invalid spec
-   * rejects the whole batch with nothing written. A dedupe key repeated in the batch yields
-   * `created: false` with the first entry's id.
+   * Adds many jobs in one INSERT and one NOTIFY; results in input order. One invalid spec rejects
+   * the batch, nothing written; a dedupe key repeated in it yields the first entry's id.
    */
   async enqueueMany(specs: readonly JobSpec[], options?: EnqueueCallOptions): Promise<EnqueueResult[]> {
     const engine = this.open();
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['client'], 'options');
+    const client = clientOption(options);
     const jobs = toNewJobs(specs);
     if (jobs.length === 0) return [];
-    return engine.enqueuer.enqueueMany(
-      jobs,
-      opts.client === undefined ? undefined : engine.writer(opts.client),
-    );
+    return engine.enqueuer.enqueueMany(jobs, client === undefined ? undefined : engine.writer(client));
   }
 
   /**
@@ -120,43 +114,25 @@ export class Queue {
    */
   async claim(workerId: string, options?: ClaimOptions): Promise<ClaimedJob[]> {
     const engine = this.open();
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, CLAIM_KEYS, 'options');
-    return engine.store.claim.claim(
-      engine.pool,
-      requireName(workerId, 'workerId'),
-      opts.limit === undefined ? 1 : requireInt(opts.limit, 'limit', 1, MAX_CLAIM_LIMIT),
-      opts.leaseMs === undefined ? engine.settings.leaseMs : requireInt(opts.leaseMs, 'leaseMs', 1),
-      optionalNameList(opts.tasks, 'tasks'),
-      optionalNameList(opts.queues, 'queues'),
-    );
+    const args = claimArgs(workerId, options, engine.settings.leaseMs);
+    return engine.claim(args.workerId, args.limit, args.leaseMs, args.tasks, args.queues);
   }
 
   /**
-   * running → done with `result` (or deleted, with `retention: { completed: 'delete' }`). `false`
-   * when the lease no longer owns the job (SPEC §1.3). With `client` (inside your open
-   * transaction) the completion commits or rolls back with your own writes.
+   * running → done with `result` (deleted, with `retention: { completed: 'delete' }`); `false` when
+   * the lease no longer owns the job (SPEC §1.3). With `client` it commits with your transaction.
    */
   async complete(lease: Lease, result?: unknown, options?: { client?: Queryable }): Promise<boolean> {
     const engine = this.open();
     const owner = requireLease(lease);
     const resultJson = toJsonText(result, 'result');
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['client'], 'options');
-    return engine.completer.complete(owner, resultJson, engine.writer(opts.client));
+    return engine.completer.complete(owner, resultJson, engine.writer(clientOption(options)));
   }
 
-  /**
-   * Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3). Returns, in
-   * input order, whether each one completed (`false`: that lease no longer owns its job).
-   */
+  /** Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3); in input order. */
   async completeMany(items: readonly { lease: Lease; result?: unknown }[]): Promise<boolean[]> {
     const engine = this.open();
-    if (!Array.isArray(items)) throw new ValidationError('items', 'must be an array of { lease, result }');
-    const checked = items.map((item, i) => ({
-      lease: requireLease(item?.lease, `items[${i}].lease`),
-      resultJson: toJsonText(item?.result, `items[${i}].result`),
-    }));
+    const checked = completeItems(items);
     return checked.length === 0 ? [] : engine.completer.completeMany(checked);
   }
 
@@ -172,12 +148,7 @@ export class Queue {
   ): Promise<'pending' | 'dead' | 'cancelled' | null> {
     const engine = this.open();
     const owner = requireLease(lease);
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['retryInMs'], 'options');
-    const retryInMs =
-      opts.retryInMs === undefined
-        ? engine.retryDelay(owner.attempt)
-        : requireMs(opts.retryInMs, 'retryInMs');
+    const retryInMs = retryInMsArg(options) ?? engine.retryDelay(owner.attempt);
     return engine.completer.fail(owner, errorText(error), retryInMs);
   }
 
@@ -195,79 +166,54 @@ export class Queue {
 
   /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. Safe to run anywhere. */
   async reap(): Promise<string[]> {
-    const engine = this.open();
-    return engine.store.lease.reap(engine.pool);
+    return this.open().reap();
   }
 
-  /**
-   * Runs `fn` inside one transaction on a pooled connection: BEGIN, then COMMIT, or ROLLBACK
-   * if it throws. Pass the client to `enqueue`/`complete` to make them part of it.
-   */
+  /** Runs `fn` in one transaction (ROLLBACK if it throws); pass its client to `enqueue`/`complete`. */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return inTransaction(this.open().pool, (session) => fn(session as pg.PoolClient));
   }
 
   /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */
   async get(id: string): Promise<Job | null> {
-    const engine = this.open();
-    const jobId = requireJobId(id);
-    return engine.read((db) => engine.store.observe.get(db, jobId));
+    return reads.getJob(this.open(), requireJobId(id));
   }
 
   /** The active (pending or running) job holding `dedupeKey`, or `null` (read on the primary). */
   async findActive(dedupeKey: string): Promise<Job | null> {
-    const engine = this.open();
-    return engine.store.observe.findActive(engine.pool, requireName(dedupeKey, 'dedupeKey'));
+    return reads.findActive(this.open(), requireName(dedupeKey, 'dedupeKey'));
   }
 
   /** Jobs newest first, filtered; page with `after: lastJob.id`. */
   async list(options?: ListOptions): Promise<Job[]> {
-    const engine = this.open();
-    const { filter, limit } = listFilter(options);
-    return engine.read((db) => engine.store.observe.list(db, filter, limit));
+    return reads.listJobs(this.open(), listArgs(options));
   }
 
   /**
-   * One bounded page of jobs, newest first: unlike {@link Queue.list}, no filter makes it read
-   * the whole table. It examines at most 10,000 rows below the cursor (or a rare status's own
-   * rows), so a filter that matches nothing recent returns fewer jobs than `limit` with `next`
-   * set to where it stopped looking: pass it as `after` to look further back.
+   * A bounded page, newest first: it examines at most 10,000 rows below the cursor (or a rare
+   * status's own rows), so a filter matching nothing recent returns a short page whose `next`
+   * says where it stopped looking: pass it as `after` to look further back.
    */
   async listPage(options?: ListOptions): Promise<JobPage> {
-    const engine = this.open();
-    const { filter, limit } = listFilter(options);
-    const { jobs, scannedTo } = await engine.read((db) => engine.store.observe.listPage(db, filter, limit));
-    return { jobs, next: jobs.length === limit ? (jobs.at(-1)?.id ?? null) : scannedTo };
+    return reads.listPage(this.open(), listArgs(options));
   }
 
   /**
-   * Jobs by status. Cheap on any table size (SPEC §7): finished statuses beyond 10,000 rows are
-   * estimated from statistics (see `ops().estimated`); `done` adds the completions that
-   * `retention: { completed: 'delete' }` deleted and counted.
+   * Jobs by status, cheap at any size (SPEC §7): finished statuses past 10,000 rows are estimated
+   * (`ops().estimated`); `done` includes completions deleted by `retention.completed`.
    */
   async counts(): Promise<Record<JobStatus, number>> {
-    const engine = this.open();
-    return (await engine.read((db) => engine.store.observe.counts(db))).counts;
+    return reads.counts(this.open());
   }
 
-  /**
-   * The operational snapshot of SPEC §3: counts, lag, dead and stuck jobs — and, with a read
-   * replica, how far behind the primary it was (`replicaLagMs`), measured before the counts.
-   */
+  /** The snapshot of SPEC §3: counts, lag, dead and stuck jobs, and the read replica's lag. */
   async ops(): Promise<OpsSnapshot> {
-    const engine = this.open();
-    const replicaLagMs = await engine.replicaLag();
-    const { stuckAfterMs } = engine.settings;
-    const [{ counts, estimated }, extras] = await engine.read((db) =>
-      Promise.all([engine.store.observe.counts(db), engine.store.observe.opsExtras(db, stuckAfterMs)]),
-    );
-    return { ...counts, ...extras, estimated, replicaLagMs };
+    return reads.ops(this.open());
   }
 
   /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
   async requeue(id: string): Promise<boolean> {
-    const engine = this.open();
-    return (await engine.store.admin.requeue(engine.pool, requireJobId(id)))?.after === 'pending';
+    return (await this.open().requeue(requireJobId(id)))?.after === 'pending';
   }
 
   /**
@@ -276,59 +222,32 @@ export class Queue {
    *   {DedupeConflictError} another active job holds its dedupe key.
    */
   async requeueOrThrow(id: string): Promise<RequeueOutcome> {
-    const engine = this.open();
-    const jobId = requireJobId(id);
-    const transition = await engine.store.admin.requeue(engine.pool, jobId);
-    if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
-    if (transition.after === null) {
-      throw new ConflictError(
-        jobId,
-        transition.before,
-        `Job ${jobId} is ${transition.before}: only dead jobs can be requeued`,
-      );
-    }
-    return { id: jobId, status: 'pending' };
+    return requeueOrThrow(this.open(), requireJobId(id));
   }
 
-  /**
-   * Requeues every dead job (of one `task`, if given) in keyset batches of 1,000, each its own
-   * short transaction. A dead job whose dedupe key is held by an active job again is skipped.
-   */
+  /** Requeues every dead job (of `task`) in short batches; one whose dedupe key is taken is skipped. */
   async requeueDead(
     options: { task?: string } = {},
     onProgress?: (progress: { requeued: number; skipped: number }) => void,
   ): Promise<{ requeued: number; skipped: number }> {
-    const engine = this.open();
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['task'], 'options');
-    return requeueDead(engine, opts.task === undefined ? null : requireName(opts.task, 'task'), onProgress);
+    return requeueDead(this.open(), taskFilterArg(options), onProgress);
   }
 
   /** Live (pending, running) jobs by queue: cheap, for metrics and dashboards. */
   async liveByQueue(): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
-    const engine = this.open();
-    return engine.read((db) => engine.store.observe.liveByQueue(db));
+    return reads.liveByQueue(this.open());
   }
 
   /** Finished jobs per `bucketMs` over the last `windowMs` (default: per minute, last hour), by status. */
   async throughput(
     options: { bucketMs?: number; windowMs?: number } = {},
   ): Promise<{ bucket: number; status: 'done' | 'dead' | 'cancelled'; count: number }[]> {
-    const engine = this.open();
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['bucketMs', 'windowMs'], 'options');
-    const bucketMs = opts.bucketMs === undefined ? 60_000 : requireInt(opts.bucketMs, 'bucketMs', 1_000);
-    const windowMs = opts.windowMs === undefined ? 3_600_000 : requireInt(opts.windowMs, 'windowMs', 1_000);
-    return engine.read((db) => engine.store.observe.finishedPerBucket(db, bucketMs, windowMs));
+    return reads.throughput(this.open(), throughputArgs(options));
   }
 
-  /**
-   * Cancels a job: pending → cancelled at once; running → cancellation requested, and its worker
-   * aborts it. `false` when the job is already finished or unknown.
-   */
+  /** pending → cancelled; running → its worker aborts it. `false` when finished or unknown. */
   async cancel(id: string): Promise<boolean> {
-    const engine = this.open();
-    return (await engine.store.admin.cancel(engine.pool, requireJobId(id)))?.after != null;
+    return (await this.open().cancel(requireJobId(id)))?.after != null;
   }
 
   /**
@@ -337,48 +256,19 @@ export class Queue {
    * @throws {NotFoundError} no job has this id. {ConflictError} it is already finished.
    */
   async cancelOrThrow(id: string): Promise<CancelOutcome> {
-    const engine = this.open();
-    const jobId = requireJobId(id);
-    const transition = await engine.store.admin.cancel(engine.pool, jobId);
-    if (transition === null) throw new NotFoundError(`No job with id ${jobId}`);
-    if (transition.after !== 'cancelled' && transition.after !== 'running') {
-      throw new ConflictError(
-        jobId,
-        transition.before,
-        `Job ${jobId} is ${transition.before}: only pending or running jobs can be cancelled`,
-      );
-    }
-    return { id: jobId, status: transition.after, wasRunning: transition.before === 'running' };
+    return cancelOrThrow(this.open(), requireJobId(id));
   }
 
-  /**
-   * Deletes finished jobs last updated more than `olderThanMs` ago, in batches of 5,000 (short
-   * transactions). Returns how many were deleted. `onProgress` hears the running total.
-   */
+  /** Deletes finished jobs older than `olderThanMs` in short batches; returns (and reports) the total. */
   async prune(options: PruneOptions, onProgress?: (deleted: number) => void): Promise<number> {
     const engine = this.open();
-    const opts = optionsObject(options, 'options');
-    rejectUnknownKeys(opts, ['olderThanMs', 'statuses'], 'options');
-    if (opts.olderThanMs === undefined) throw new ValidationError('olderThanMs', 'is required');
-    const olderThanMs = requireMs(opts.olderThanMs, 'olderThanMs');
-    const statuses =
-      opts.statuses === undefined ? [...FINISHED] : (optionalNameList(opts.statuses, 'statuses') ?? []);
-    statuses.forEach((status, i) => {
-      if (!(FINISHED as readonly string[]).includes(status)) {
-        throw new ValidationError(
-          `statuses[${i}]`,
-          `must be a finished status (done, dead, cancelled), got "${status}"`,
-        );
-      }
-    });
+    const { statuses, olderThanMs } = pruneArgs(options);
     return prune(engine, statuses, olderThanMs, onProgress);
   }
 
   /**
-   * Lets statements in flight finish (each is bounded by `statementTimeoutMs`), gives sessions
-   * still held by transactions a few seconds, then ends the pools Skiplock created — also when
-   * the server or the network went away under them. A pool passed in by you is left open.
-   * Idempotent.
+   * Lets statements in flight finish, gives open transactions a few seconds, then ends the pools
+   * Skiplock created (also when the server is gone); a pool you passed in stays open. Idempotent.
    */
   async close(): Promise<void> {
     await this.engine.close();
@@ -389,18 +279,4 @@ export class Queue {
     this.engine.assertOpen();
     return this.engine;
   }
-}
-
-function listFilter(options: ListOptions | undefined) {
-  const opts = optionsObject(options, 'options');
-  rejectUnknownKeys(opts, LIST_KEYS, 'options');
-  return {
-    filter: {
-      status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
-      task: opts.task === undefined ? null : requireName(opts.task, 'task'),
-      queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
-      after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
-    },
-    limit: opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000),
-  };
 }

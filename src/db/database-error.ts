@@ -51,3 +51,12 @@ export function isConnectionError(error: unknown): boolean {
     return error.sqlState === undefined || /^(08|57P|53)/.test(error.sqlState);
   return !(error instanceof SkiplockError);
 }
+
+/**
+ * Errors a retry can fix when starting a worker: the database away, restarting, or read-only
+ * during a failover (25006). Not a misconfiguration, which no retry fixes.
+ */
+export function isTransientError(error: unknown): boolean {
+  if (!(error instanceof DatabaseError) || isMisconfiguration(error)) return false;
+  return error.sqlState === undefined || /^(08|57P|53|25006)/.test(error.sqlState);
+}

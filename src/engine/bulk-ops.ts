@@ -1,12 +1,43 @@
 /**
- * Operations over many jobs, each a series of short keyset-batched transactions so that none
- * holds locks or a snapshot for long: requeueing dead jobs and deleting finished ones.
+ * Admin operations: the explaining variants of requeue and cancel (one statement each, the
+ * reason read from its result), and operations over many jobs, each a series of short
+ * keyset-batched transactions so that none holds locks or a snapshot for long: requeueing dead
+ * jobs and deleting finished ones.
  */
-import { DatabaseError, DedupeConflictError } from '../errors.js';
+import { ConflictError, DatabaseError, DedupeConflictError, NotFoundError } from '../errors.js';
+import type { CancelOutcome, RequeueOutcome } from '../types.js';
 import type { Engine } from './engine.js';
 
 const REQUEUE_BATCH = 1_000;
 const PRUNE_BATCH = 5_000;
+
+/** dead → pending, or why not: NotFoundError (no such job), ConflictError (it is not dead). */
+export async function requeueOrThrow(engine: Engine, id: string): Promise<RequeueOutcome> {
+  const transition = await engine.requeue(id);
+  if (transition === null) throw new NotFoundError(`No job with id ${id}`);
+  if (transition.after === null) {
+    throw new ConflictError(
+      id,
+      transition.before,
+      `Job ${id} is ${transition.before}: only dead jobs can be requeued`,
+    );
+  }
+  return { id, status: 'pending' };
+}
+
+/** Cancels, or says why not: NotFoundError (no such job), ConflictError (already finished). */
+export async function cancelOrThrow(engine: Engine, id: string): Promise<CancelOutcome> {
+  const transition = await engine.cancel(id);
+  if (transition === null) throw new NotFoundError(`No job with id ${id}`);
+  if (transition.after !== 'cancelled' && transition.after !== 'running') {
+    throw new ConflictError(
+      id,
+      transition.before,
+      `Job ${id} is ${transition.before}: only pending or running jobs can be cancelled`,
+    );
+  }
+  return { id, status: transition.after, wasRunning: transition.before === 'running' };
+}
 
 /**
  * Requeues every dead job (of one `task`, if given) in batches of 1,000. A batch holding a dedupe

@@ -42,6 +42,12 @@ export class Engine {
     this.settings = engineSettings(opts);
     const { schema, retention, timeouts } = this.settings;
     this.store = new JobStore(schema, { deleteCompleted: retention.completed === 'delete' });
+    // Every option is checked before anything is created: a bad one leaves no pool or listener behind.
+    const poolSize = opts.poolSize === undefined ? 10 : requireInt(opts.poolSize, 'poolSize', 1, 1000);
+    const readConnectionString =
+      opts.readConnectionString === undefined
+        ? null
+        : requireName(opts.readConnectionString, 'readConnectionString');
     if (opts.pool !== undefined) {
       if (!isExecutor(opts.pool) || typeof (opts.pool as { connect?: unknown }).connect !== 'function') {
         throw new ValidationError('pool', 'must be a pg.Pool (an object with query() and connect())');
@@ -59,19 +65,11 @@ export class Engine {
         );
       }
       requireName(connectionString, 'connectionString');
-      const poolSize = opts.poolSize === undefined ? 10 : requireInt(opts.poolSize, 'poolSize', 1, 1000);
-      if (opts.readConnectionString !== undefined)
-        requireName(opts.readConnectionString, 'readConnectionString');
       this.ownsPool = true;
       this.clientConfig = { connectionString, connectionTimeoutMillis: timeouts.connectMs };
       this.pool = this.createPool(connectionString, poolSize);
     }
-    this.readPool = opts.readConnectionString
-      ? this.createPool(
-          requireName(opts.readConnectionString, 'readConnectionString'),
-          opts.poolSize === undefined ? 10 : requireInt(opts.poolSize, 'poolSize', 1, 1000),
-        )
-      : null;
+    this.readPool = readConnectionString === null ? null : this.createPool(readConnectionString, poolSize);
     if (!this.settings.poolerMode) this.store.prepareOn(this.pool);
     this.enqueuer = new Enqueuer(this);
     this.completer = new Completer(this);
@@ -118,6 +116,22 @@ export class Engine {
   nextDueInMs(tasks: string[] | null, queues: string[] | null): Promise<number | null> {
     this.assertOpen();
     return this.store.claim.nextDueInMs(this.pool, tasks, queues);
+  }
+
+  /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. */
+  reap(): Promise<string[]> {
+    this.assertOpen();
+    return this.store.lease.reap(this.pool);
+  }
+
+  /** dead → pending (SPEC §1.8): the transition, or null for an unknown id. */
+  requeue(id: string) {
+    return this.store.admin.requeue(this.pool, id);
+  }
+
+  /** pending → cancelled, or a cancel request for a running job: the transition, or null. */
+  cancel(id: string) {
+    return this.store.admin.cancel(this.pool, id);
   }
 
   /** Sends `payload` on the schema's channel (a worker's LISTEN self-check). */

@@ -16,6 +16,14 @@ export const EXACT_COUNT_LIMIT = 10_000;
 export const LIST_WINDOW = 10_000;
 
 /** Counts by status, with the statuses whose figure is an estimate. */
+/** Job list filters; null means any. */
+export interface ListFilter {
+  status: string | null;
+  task: string | null;
+  queue: string | null;
+  after: string | null;
+}
+
 export interface StatusCounts {
   counts: Record<JobStatus, number>;
   estimated: JobStatus[];
@@ -214,11 +222,7 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
     return rows[0] ? toJob(rows[0]) : null;
   }
 
-  async list(
-    db: Executor,
-    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
-    limit: number,
-  ): Promise<Job[]> {
+  async list(db: Executor, filter: ListFilter, limit: number): Promise<Job[]> {
     const rows = await this.run<JobRow>(db, this.sql.list, [
       filter.status,
       filter.task,
@@ -236,7 +240,7 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
    */
   async listPage(
     db: Executor,
-    filter: { status: string | null; task: string | null; queue: string | null; after: string | null },
+    filter: ListFilter,
     limit: number,
     window = LIST_WINDOW,
   ): Promise<{ jobs: Job[]; scannedTo: string | null }> {

@@ -11,6 +11,8 @@
  * The reaper reclaims expired leases; the pruner deletes finished jobs past the retention
  * period (`retention.keepFinishedMs`).
  */
+import type { Engine } from '../engine/engine.js';
+
 export interface ServiceDeps {
   intervalMs: number;
   onError(error: unknown, during: string): void;
@@ -113,4 +115,36 @@ export class Pruner extends MaintenanceService {
     }
     if (total > 0) this.ops.onPruned(total);
   }
+}
+
+/** How often a worker prunes, at least (a tiny keepFinishedMs must not make it poll in a loop). */
+const MIN_PRUNE_INTERVAL_MS = 1_000;
+/** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
+const PRUNE_INTERVAL_MS = 60_000;
+/** Finished jobs deleted per pruning statement: short transactions, small WAL bursts. */
+const PRUNE_BATCH = 1_000;
+
+/** A worker's maintenance services: the reaper, and the pruner when the queue keeps finished jobs for a time. */
+export function workerMaintenance(
+  engine: Engine,
+  reapIntervalMs: number,
+  hooks: {
+    onError(error: unknown, during: string): void;
+    onReaped(ids: string[]): void;
+    onPruned(deleted: number): void;
+  },
+): { reaper: Reaper; pruner: Pruner | null } {
+  const { onError } = hooks;
+  const reaper = new Reaper(
+    { intervalMs: reapIntervalMs, onError },
+    { reap: () => engine.reap(), onReaped: hooks.onReaped },
+  );
+  const { keepFinishedMs } = engine.settings.retention;
+  if (keepFinishedMs === null) return { reaper, pruner: null };
+  const intervalMs = Math.max(MIN_PRUNE_INTERVAL_MS, Math.min(keepFinishedMs, PRUNE_INTERVAL_MS));
+  const pruner = new Pruner(
+    { intervalMs, onError },
+    { batchSize: PRUNE_BATCH, pruneBatch: (limit) => engine.pruneFinished(limit), onPruned: hooks.onPruned },
+  );
+  return { reaper, pruner };
 }

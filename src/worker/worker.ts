@@ -14,11 +14,12 @@
  *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
  */
 import { EventEmitter } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js';
-import { isMisconfiguration } from '../db/database-error.js';
+import { isTransientError } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
-import { DatabaseError, SkiplockError } from '../errors.js';
+import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
@@ -30,25 +31,13 @@ export type { WorkerStats } from './events.js';
 import { type JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { ListenProbe } from './listen-probe.js';
-import { Pruner, Reaper } from './maintenance.js';
+import { type Pruner, type Reaper, workerMaintenance } from './maintenance.js';
 import { type WorkerOptions, type WorkerSettings, workerQueue, workerSettings } from './options.js';
 
 type State = 'idle' | 'running' | 'stopping' | 'stopped';
 
-/** How often a worker prunes, at least (a tiny keepFinishedMs must not make it poll in a loop). */
-const MIN_PRUNE_INTERVAL_MS = 1_000;
-/** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
-const PRUNE_INTERVAL_MS = 60_000;
-/** Finished jobs deleted per pruning statement: short transactions, small WAL bursts. */
-const PRUNE_BATCH = 1_000;
 /** On stop, past the grace period: time for settled handlers' outcome statements. */
 const STOP_WRITE_ALLOWANCE_MS = 2_000;
-
-/** Errors a retry can fix: the database away, restarting, or read-only during a failover. */
-function isTransient(error: unknown): boolean {
-  if (!(error instanceof DatabaseError) || isMisconfiguration(error)) return false;
-  return error.sqlState === undefined || /^(08|57P|53|25006)/.test(error.sqlState);
-}
 
 /** Typed overloads of EventEmitter's methods (declaration merging with the class below). */
 export interface Worker {
@@ -99,6 +88,7 @@ export class Worker extends EventEmitter {
   };
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
+  private readonly stopRequested = new AbortController();
   private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
@@ -152,34 +142,14 @@ export class Worker extends EventEmitter {
       onCancelRequested: (run) => run.abort('cancel'),
       onError,
     });
-    this.reaper = new Reaper(
-      { intervalMs: settings.reapIntervalMs, onError },
-      {
-        reap: () => {
-          engine.assertOpen();
-          return engine.store.lease.reap(engine.pool);
-        },
-        onReaped: (ids) => {
-          this.emit('reaped', { ids });
-          this.claimLoop.wake();
-        },
+    ({ reaper: this.reaper, pruner: this.pruner } = workerMaintenance(engine, settings.reapIntervalMs, {
+      onError,
+      onReaped: (ids) => {
+        this.emit('reaped', { ids });
+        this.claimLoop.wake();
       },
-    );
-    const { keepFinishedMs } = engine.settings.retention;
-    this.pruner =
-      keepFinishedMs === null
-        ? null
-        : new Pruner(
-            {
-              intervalMs: Math.max(MIN_PRUNE_INTERVAL_MS, Math.min(keepFinishedMs, PRUNE_INTERVAL_MS)),
-              onError,
-            },
-            {
-              batchSize: PRUNE_BATCH,
-              pruneBatch: (limit) => engine.pruneFinished(limit),
-              onPruned: (deleted) => this.emit('pruned', { deleted }),
-            },
-          );
+      onPruned: (deleted) => this.emit('pruned', { deleted }),
+    }));
     this.probe = new ListenProbe({
       workerId: this.workerId,
       send: (token) => engine.notify(token),
@@ -222,10 +192,10 @@ export class Worker extends EventEmitter {
           break;
         } catch (error) {
           await this.claimLoop.stop();
-          if (!isTransient(error) || this.state !== 'running') throw error;
+          if (!isTransientError(error) || this.state !== 'running') throw error;
           const delay = Math.round(Math.min(5_000, 100 * 2 ** failures) * (0.75 + Math.random() * 0.5));
           this.reportError(error, `starting: the database is unreachable; retrying in ${delay} ms`);
-          await this.pause(delay);
+          await sleep(delay, undefined, { signal: this.stopRequested.signal }).catch(() => undefined);
           if (this.state !== 'running') return; // stop() was called meanwhile
         }
       }
@@ -265,7 +235,7 @@ export class Worker extends EventEmitter {
       this.state = 'stopped';
       return this.ownsQueue ? this.queue.close() : Promise.resolve();
     }
-    this.wakePause?.();
+    this.stopRequested.abort(); // ends start()'s wait between attempts
     this.stopping ??= this.drain(timeoutMs);
     return this.stopping;
   }
@@ -315,23 +285,29 @@ export class Worker extends EventEmitter {
 
   /** Jobs claimed but never started, on stop: back to pending at once in one statement, attempt not spent. */
   private async giveBack(jobs: ClaimedJob[]): Promise<void> {
-    if (jobs.length === 0) return;
+    if (jobs.length > 0) await this.release(jobs, `giving back ${jobs.length} unstarted job(s) on stop`);
+  }
+
+  /**
+   * Releases unstarted jobs in one statement (attempt not spent) and emits `job:released` for
+   * each one released; false for a job whose lease was gone, null when the statement failed
+   * (reported; the leases expire and the reaper returns those jobs).
+   */
+  private async release(jobs: ClaimedJob[], doing: string): Promise<boolean[] | null> {
     let released: boolean[];
     try {
       this.engine.assertOpen();
       released = await this.engine.completer.releaseMany(jobs);
     } catch (error) {
-      this.reportError(
-        error,
-        `giving back ${jobs.length} unstarted job(s) on stop (their leases will expire)`,
-      );
-      return;
+      this.reportError(error, `${doing} (their leases will expire)`);
+      return null;
     }
     jobs.forEach((job, i) => {
       if (!released[i]) return;
       this.count('job:released');
       this.emit('job:released', { job });
     });
+    return released;
   }
 
   private async shutdown(): Promise<void> {
@@ -346,22 +322,6 @@ export class Worker extends EventEmitter {
     if (this.ownsQueue) await this.queue.close();
   }
 
-  /** Waits `ms`, cut short by stop(). */
-  private pause(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(done, ms);
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-      this.wakePause = () => {
-        this.wakePause = null;
-        done();
-      };
-    });
-  }
-
-  private wakePause: (() => void) | null = null;
   private count(event: keyof WorkerEvents): void {
     const key = COUNTED[event as keyof typeof COUNTED];
     if (key) this.counters[key]++;
@@ -414,18 +374,9 @@ export class Worker extends EventEmitter {
       lost();
       return;
     }
-    this.engine.completer.releaseMany([run.job]).then(
-      ([released]) => {
-        if (!released) {
-          lost();
-          return;
-        }
-        this.count('job:released');
-        this.emit('job:released', { job: run.job });
-      },
-      (error: unknown) => {
-        this.reportError(error, `giving back job ${run.job.id} whose lease ran out before it started`);
-        lost();
+    void this.release([run.job], `giving back job ${run.job.id} whose lease ran out before it started`).then(
+      (released) => {
+        if (!released?.[0]) lost();
       },
     );
   }

@@ -150,4 +150,18 @@ describe('store SQL', () => {
     await queue.close();
     expect((await db.pool.query('SELECT 1 AS one')).rows[0].one).toBe(1);
   });
+
+  test('a bad option next to your pool is refused before the queue touches the pool', () => {
+    // Break: validate readConnectionString/poolSize after watchPool() and this fails (a listener
+    // left on a pool the caller keeps using, one per failed construction).
+    const before = db.pool.listenerCount('error');
+    expect(() => new Queue({ pool: db.pool as never, readConnectionString: 42 as never })).toThrow(
+      /readConnectionString/,
+    );
+    expect(() => new Queue({ pool: db.pool as never, poolSize: 0 })).toThrow(/poolSize/);
+    expect(() => new Queue({ connectionString: db.url, readConnectionString: '' })).toThrow(
+      /readConnectionString/,
+    );
+    expect(db.pool.listenerCount('error')).toBe(before);
+  });
 });

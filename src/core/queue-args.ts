@@ -1,0 +1,109 @@
+/**
+ * Argument parsing for Queue's methods that take an options object: each function checks every
+ * key and value and returns what the engine needs, or throws a ValidationError (nothing written).
+ */
+import { ValidationError } from '../errors.js';
+import type { ClaimOptions, Lease, ListOptions, PruneOptions } from '../types.js';
+import {
+  optionalNameList,
+  optionsObject,
+  rejectUnknownKeys,
+  requireInt,
+  requireJobId,
+  requireLease,
+  requireMs,
+  requireName,
+  requireStatus,
+  toJsonText,
+} from './validate.js';
+
+/** Most jobs one claim may take. */
+export const MAX_CLAIM_LIMIT = 10_000;
+const FINISHED = ['done', 'dead', 'cancelled'] as const;
+
+/** `queue.claim(workerId, options)`: limit 1 and the queue's leaseMs unless given. */
+export function claimArgs(workerId: unknown, options: ClaimOptions | undefined, defaultLeaseMs: number) {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['limit', 'leaseMs', 'queues', 'tasks'], 'options');
+  return {
+    workerId: requireName(workerId, 'workerId'),
+    limit: opts.limit === undefined ? 1 : requireInt(opts.limit, 'limit', 1, MAX_CLAIM_LIMIT),
+    leaseMs: opts.leaseMs === undefined ? defaultLeaseMs : requireInt(opts.leaseMs, 'leaseMs', 1),
+    tasks: optionalNameList(opts.tasks, 'tasks'),
+    queues: optionalNameList(opts.queues, 'queues'),
+  };
+}
+
+/** An options object whose only key may be `client` (a transaction to join). */
+export function clientOption<C>(options: { client?: C } | undefined): C | undefined {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['client'], 'options');
+  return opts.client;
+}
+
+/** `completeMany(items)`: each lease checked and each result serialised, in input order. */
+export function completeItems(items: unknown): { lease: Lease; resultJson: string }[] {
+  if (!Array.isArray(items)) throw new ValidationError('items', 'must be an array of { lease, result }');
+  return items.map((item: { lease?: unknown; result?: unknown } | undefined, i) => ({
+    lease: requireLease(item?.lease, `items[${i}].lease`),
+    resultJson: toJsonText(item?.result, `items[${i}].result`),
+  }));
+}
+
+/** `fail(lease, error, options)`: the explicit retry delay, or null for the queue's backoff. */
+export function retryInMsArg(options: { retryInMs?: number } | undefined): number | null {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['retryInMs'], 'options');
+  return opts.retryInMs === undefined ? null : requireMs(opts.retryInMs, 'retryInMs');
+}
+
+/** `list`/`listPage` options: the filter and the page size (default 50, at most 1,000). */
+export function listArgs(options: ListOptions | undefined) {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['status', 'task', 'queue', 'limit', 'after'], 'options');
+  return {
+    filter: {
+      status: opts.status === undefined ? null : requireStatus(opts.status, 'status'),
+      task: opts.task === undefined ? null : requireName(opts.task, 'task'),
+      queue: opts.queue === undefined ? null : requireName(opts.queue, 'queue'),
+      after: opts.after === undefined ? null : requireJobId(opts.after, 'after'),
+    },
+    limit: opts.limit === undefined ? 50 : requireInt(opts.limit, 'limit', 1, 1000),
+  };
+}
+
+/** `prune(options)`: olderThanMs is required; statuses default to every finished one. */
+export function pruneArgs(options: PruneOptions) {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['olderThanMs', 'statuses'], 'options');
+  if (opts.olderThanMs === undefined) throw new ValidationError('olderThanMs', 'is required');
+  const olderThanMs = requireMs(opts.olderThanMs, 'olderThanMs');
+  const statuses =
+    opts.statuses === undefined ? [...FINISHED] : (optionalNameList(opts.statuses, 'statuses') ?? []);
+  statuses.forEach((status, i) => {
+    if (!(FINISHED as readonly string[]).includes(status)) {
+      throw new ValidationError(
+        `statuses[${i}]`,
+        `must be a finished status (done, dead, cancelled), got "${status}"`,
+      );
+    }
+  });
+  return { statuses, olderThanMs };
+}
+
+/** `throughput(options)`: per minute over the last hour unless given; buckets of at least 1 s. */
+export function throughputArgs(options: { bucketMs?: number; windowMs?: number } | undefined) {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['bucketMs', 'windowMs'], 'options');
+  return {
+    bucketMs: opts.bucketMs === undefined ? 60_000 : requireInt(opts.bucketMs, 'bucketMs', 1_000),
+    windowMs: opts.windowMs === undefined ? 3_600_000 : requireInt(opts.windowMs, 'windowMs', 1_000),
+  };
+}
+
+/** `requeueDead(options)`: the task to limit it to, or null for all. */
+export function taskFilterArg(options: { task?: string } | undefined): string | null {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['task'], 'options');
+  return opts.task === undefined ? null : requireName(opts.task, 'task');
+}
