@@ -31,6 +31,7 @@ export {
   type BackoffJitter,
   type BackoffOptions,
   type CancelOutcome,
+  type CatchUp,
   type ClaimedJob,
   type ClaimOptions,
   type EnqueueCallOptions,
@@ -49,6 +50,8 @@ export {
   type PruneOptions,
   type Queryable,
   type RequeueOutcome,
+  type Schedule,
+  type ScheduleOptions,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
 export type { Handler, JobContext, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';

@@ -11,6 +11,7 @@ import {
   taskFilterArg,
   throughputArgs,
 } from './core/queue-args.js';
+import { toScheduleSpec } from './core/schedule-spec.js';
 import {
   optionsObject,
   requireInt,
@@ -23,6 +24,7 @@ import { inTransaction } from './db/executor.js';
 import { cancelOrThrow, prune, requeueDead, requeueOrThrow } from './engine/bulk-ops.js';
 import { attachEngine, Engine } from './engine/engine.js';
 import * as reads from './engine/reads.js';
+import * as schedules from './engine/scheduler.js';
 import type { QueueOptions } from './engine/settings.js';
 import type { MigrateResult } from './migrations/migrate.js';
 import type {
@@ -42,6 +44,8 @@ import type {
   PruneOptions,
   Queryable,
   RequeueOutcome,
+  Schedule,
+  ScheduleOptions,
 } from './types.js';
 
 export { MAX_CLAIM_LIMIT } from './core/queue-args.js';
@@ -264,6 +268,35 @@ export class Queue {
     const engine = this.open();
     const { statuses, olderThanMs } = pruneArgs(options);
     return prune(engine, statuses, olderThanMs, onProgress);
+  }
+
+  /**
+   * Creates or updates the schedule `name` (SPEC §8): idempotent, for every process to call at
+   * each deploy; an unchanged cron keeps its next run. Each tick enqueues exactly one job, fired
+   * by whichever worker locks the schedule first.
+   */
+  async schedule(name: string, options: ScheduleOptions): Promise<Schedule> {
+    return schedules.upsertSchedule(this.open(), toScheduleSpec(name, options));
+  }
+
+  /** Removes a schedule (jobs it enqueued stay). `false` when there was none. */
+  async unschedule(name: string): Promise<boolean> {
+    return schedules.removeSchedule(this.open(), requireName(name, 'name'));
+  }
+
+  /** Every schedule, by name, with its next and last run. */
+  async schedules(): Promise<Schedule[]> {
+    return schedules.listSchedules(this.open());
+  }
+
+  /** Stops firing a schedule until it is resumed. `false` when there is none. */
+  async pauseSchedule(name: string): Promise<boolean> {
+    return schedules.pauseSchedule(this.open(), requireName(name, 'name'));
+  }
+
+  /** Fires a paused schedule again from its next tick after now (none missed meanwhile runs). */
+  async resumeSchedule(name: string): Promise<boolean> {
+    return schedules.resumeSchedule(this.open(), requireName(name, 'name'));
   }
 
   /**

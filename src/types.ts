@@ -209,3 +209,52 @@ export interface Logger {
   warn?(fields: object, message?: string): void;
   error?(fields: object, message?: string): void;
 }
+
+/** How many ticks missed while no worker ran are enqueued when one runs again (SPEC §8). */
+export type CatchUp = 'latest' | 'none' | number;
+
+/** `queue.schedule(name, options)` (SPEC §8). */
+export interface ScheduleOptions {
+  /** 5 fields (minute hour day-of-month month day-of-week), 6 (seconds first), or `@daily` etc. */
+  cron: string;
+  /** IANA time zone the cron fields are read in. Default 'UTC'. */
+  tz?: string;
+  task: string;
+  payload?: unknown;
+  queue?: string;
+  priority?: number;
+  maxAttempts?: number;
+  timeoutMs?: number | null;
+  /** Default false: a tick is skipped while the job of the previous tick is pending or running. */
+  overlap?: boolean;
+  /**
+   * Ticks missed while no worker ran: 'latest' (default) enqueues only the latest, 'none' none
+   * (a tick runs only when it is at most one interval — and at most a minute — late), a number
+   * N the latest N (with `overlap: false`, at most one).
+   */
+  catchUp?: CatchUp;
+}
+
+/** A stored schedule (SPEC §8). */
+export interface Schedule {
+  name: string;
+  cron: string;
+  tz: string;
+  task: string;
+  payload: unknown;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  timeoutMs: number | null;
+  overlap: boolean;
+  catchUp: CatchUp;
+  paused: boolean;
+  /** The next tick to fire (while paused: the one due when it was paused). */
+  nextRunAt: Date;
+  /** The latest tick that enqueued a job, or null. */
+  lastRunAt: Date | null;
+  /** The job of that tick, or null. */
+  lastJobId: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+}

@@ -76,6 +76,23 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     return c.json({ id, cancelled: true, wasRunning });
   });
 
+  // SPEC §8 schedules: the list (names are data: an array, never object keys), pause and resume.
+  api.get('/schedules', async (c) => c.json({ schedules: await queue.schedules() }));
+
+  api.post('/schedules/:name/pause', async (c) => {
+    const name = requireName(c.req.param('name'), 'name');
+    if (!(await queue.pauseSchedule(name)))
+      throw new NotFoundError(`No schedule named ${JSON.stringify(name)}`);
+    return c.json({ name, paused: true });
+  });
+
+  api.post('/schedules/:name/resume', async (c) => {
+    const name = requireName(c.req.param('name'), 'name');
+    if (!(await queue.resumeSchedule(name)))
+      throw new NotFoundError(`No schedule named ${JSON.stringify(name)}`);
+    return c.json({ name, paused: false });
+  });
+
   api.all('*', (c) => c.json(errorBody('ERR_NOT_FOUND', `No route ${c.req.method} ${c.req.path}`), 404));
   return api;
 }

@@ -16,6 +16,7 @@ import { registerMigrate } from './migrate.js';
 import { registerOps } from './ops.js';
 import { registerPrune } from './prune.js';
 import { registerRequeue } from './requeue.js';
+import { registerSchedules } from './schedules.js';
 import { registerWorker } from './worker.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
@@ -62,6 +63,7 @@ Run "skiplock <command> --help" for a command's options and examples.`,
   registerRequeue(program);
   registerCancel(program);
   registerPrune(program);
+  registerSchedules(program);
   registerDashboard(program);
   registerDev(program);
   return program;

@@ -6,10 +6,18 @@ import { finishedIndex } from './002-finished-index.js';
 import { claimToken } from './003-claim-token.js';
 import { counters } from './004-counters.js';
 import { pickFunction } from './005-pick-function.js';
+import { schedules } from './006-schedules.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
-export const MIGRATIONS: readonly Migration[] = [initial, finishedIndex, claimToken, counters, pickFunction];
+export const MIGRATIONS: readonly Migration[] = [
+  initial,
+  finishedIndex,
+  claimToken,
+  counters,
+  pickFunction,
+  schedules,
+];
 
 /** The schema version this package needs. */
 export const LATEST_VERSION = MIGRATIONS.at(-1)?.version ?? 0;

@@ -10,6 +10,7 @@
  *   store.lease     renewLease, renewLeases, lockLease, reap          (lease.ts)
  *   store.admin     requeue, requeueDeadBatch, deadIds, cancel, pruneBatch, pruneFinished (admin.ts)
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
+ *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
  */
 
 import type { Executor } from '../db/executor.js';
@@ -21,10 +22,12 @@ import { LeaseStatements, leaseSql } from './lease.js';
 import { ObserveStatements, observeSql } from './observe.js';
 import { OutcomeStatements, outcomeSql } from './outcome.js';
 import { Runner } from './runner.js';
+import { ScheduleStatements, scheduleSql } from './schedule.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
 export { EXACT_COUNT_LIMIT, LIST_WINDOW, type StatusCounts } from './observe.js';
+export type { ScheduleRow, ScheduleWrite } from './schedule.js';
 
 export class JobStore {
   readonly schema: string;
@@ -36,6 +39,7 @@ export class JobStore {
   readonly lease: LeaseStatements;
   readonly admin: AdminStatements;
   readonly observe: ObserveStatements;
+  readonly schedule: ScheduleStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -49,6 +53,7 @@ export class JobStore {
     this.lease = new LeaseStatements(this.runner, leaseSql(s));
     this.admin = new AdminStatements(this.runner, adminSql(s));
     this.observe = new ObserveStatements(this.runner, observeSql(s));
+    this.schedule = new ScheduleStatements(this.runner, scheduleSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

@@ -26,7 +26,14 @@ export class Runner {
 
   /** Names a family's statements for preparing (names are the statements' keys, unique across families). */
   register(statements: Record<string, string>): void {
-    for (const [key, text] of Object.entries(statements)) this.names.set(text, `${this.prefix}${key}`);
+    const taken = new Set(this.names.values());
+    for (const [key, text] of Object.entries(statements)) {
+      const name = `${this.prefix}${key}`;
+      // One name for two texts would run the wrong statement on a connection that prepared the other.
+      if (taken.has(name) && this.names.get(text) !== name)
+        throw new Error(`statement name ${key} is used twice`);
+      this.names.set(text, name);
+    }
   }
 
   /**

@@ -8,6 +8,7 @@ import { enqueueSql } from './enqueue.js';
 import { leaseSql } from './lease.js';
 import { observeSql } from './observe.js';
 import { outcomeSql } from './outcome.js';
+import { scheduleSql } from './schedule.js';
 
 export { COMPLETED_DELETED, JOB_COLUMNS } from './fragments.js';
 
@@ -20,5 +21,6 @@ export function buildStatements(s: string) {
     ...leaseSql(s),
     ...adminSql(s),
     ...observeSql(s),
+    ...scheduleSql(s),
   };
 }

@@ -32,6 +32,14 @@ export interface WorkerEvents {
   reaped: { ids: string[] };
   /** Finished jobs past the queue's `retention.keepFinishedMs` were deleted by this worker's pruner. */
   pruned: { deleted: number };
+  /** This worker's scheduler enqueued the job of a schedule's tick (SPEC §8). */
+  'schedule:fired': { name: string; tick: Date; jobId: string };
+  /**
+   * This worker's scheduler skipped a due tick: 'overlap' (the previous tick's job is still
+   * pending or running, and the schedule has `overlap: false`) or 'missed' (older than its
+   * `catchUp` allows); `tick` is the latest tick skipped.
+   */
+  'schedule:skipped': { name: string; tick: Date; reason: 'overlap' | 'missed' };
   /** The LISTEN connection is (again) in place; `reconnected` is false the first time. */
   'listen:connected': { reconnected: boolean };
   /**

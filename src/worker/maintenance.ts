@@ -9,9 +9,16 @@
  *   stopped ──start()──▶ started ──stop()──▶ stopped
  *
  * The reaper reclaims expired leases; the pruner deletes finished jobs past the retention
- * period (`retention.keepFinishedMs`).
+ * period (`retention.keepFinishedMs`); the scheduler fires due schedules (SPEC §8), sleeping
+ * until the next one is due instead of on a fixed interval, and woken early by a hint.
  */
 import type { Engine } from '../engine/engine.js';
+import {
+  type FiredTick,
+  fireDueSchedules,
+  nextScheduleInMs,
+  type SkippedTicks,
+} from '../engine/scheduler.js';
 
 export interface ServiceDeps {
   intervalMs: number;
@@ -22,6 +29,8 @@ export abstract class MaintenanceService {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = true;
+  /** wake() came while a step ran: run another one right after it. */
+  private again = false;
   /** stop() was called (a long step checks it between batches); start() clears it. */
   protected stopRequested = false;
 
@@ -37,7 +46,28 @@ export abstract class MaintenanceService {
     if (!this.stopped) return;
     this.stopped = false;
     this.stopRequested = false;
-    this.schedule(Math.random() * this.deps.intervalMs);
+    this.schedule(this.firstDelayMs());
+  }
+
+  /** Runs a step as soon as possible (after the one in flight, if any). */
+  wake(): void {
+    if (this.stopped) return;
+    if (this.running !== null) {
+      this.again = true;
+      return;
+    }
+    if (this.timer) clearTimeout(this.timer);
+    this.schedule(0);
+  }
+
+  /** Delay of the first step: a random point of the first interval. */
+  protected firstDelayMs(): number {
+    return Math.random() * this.deps.intervalMs;
+  }
+
+  /** Delay after a step: the interval ± 20 %. */
+  protected nextDelayMs(): number {
+    return this.deps.intervalMs * (0.8 + Math.random() * 0.4);
   }
 
   async stop(): Promise<void> {
@@ -63,7 +93,9 @@ export abstract class MaintenanceService {
       this.timer = null;
       this.running = this.tick().finally(() => {
         this.running = null;
-        this.schedule(this.deps.intervalMs * (0.8 + Math.random() * 0.4));
+        const again = this.again;
+        this.again = false;
+        this.schedule(again ? 0 : this.nextDelayMs());
       });
     }, delay);
   }
@@ -117,6 +149,51 @@ export class Pruner extends MaintenanceService {
   }
 }
 
+/** The scheduler re-reads the schedules at least this often (a hint missed while LISTEN was down). */
+const SCHEDULER_MAX_SLEEP_MS = 60_000;
+/** After an error, the scheduler retries after this long. */
+const SCHEDULER_RETRY_MS = 1_000;
+
+/**
+ * Fires due schedules (SPEC §8): each step fires what is due, then sleeps until the earliest
+ * next run (database time, a few ms late rather than early), at most a minute; a hint
+ * (`schedule`, `unschedule`, `resumeSchedule` from any process) wakes it at once.
+ */
+export class Scheduler extends MaintenanceService {
+  protected readonly doing = 'firing due schedules';
+  private sleepMs = 0;
+
+  constructor(
+    deps: Omit<ServiceDeps, 'intervalMs'>,
+    private readonly ops: {
+      fire(): Promise<{ fired: FiredTick[]; skipped: SkippedTicks[]; more: boolean }>;
+      nextDueInMs(): Promise<number | null>;
+      onFired(fired: FiredTick[], skipped: SkippedTicks[]): void;
+    },
+  ) {
+    super({ ...deps, intervalMs: SCHEDULER_MAX_SLEEP_MS });
+  }
+
+  protected override firstDelayMs(): number {
+    return 0;
+  }
+
+  protected override nextDelayMs(): number {
+    return this.sleepMs;
+  }
+
+  protected async step(): Promise<void> {
+    this.sleepMs = SCHEDULER_RETRY_MS; // unless the step gets to say otherwise
+    for (;;) {
+      const { fired, skipped, more } = await this.ops.fire();
+      if (fired.length > 0 || skipped.length > 0) this.ops.onFired(fired, skipped);
+      if (!more || this.stopRequested) break;
+    }
+    const dueInMs = await this.ops.nextDueInMs();
+    this.sleepMs = dueInMs === null ? SCHEDULER_MAX_SLEEP_MS : Math.min(SCHEDULER_MAX_SLEEP_MS, dueInMs + 2);
+  }
+}
+
 /** How often a worker prunes, at least (a tiny keepFinishedMs must not make it poll in a loop). */
 const MIN_PRUNE_INTERVAL_MS = 1_000;
 /** How often a worker prunes, at most (retention.keepFinishedMs: at least that often). */
@@ -132,19 +209,28 @@ export function workerMaintenance(
     onError(error: unknown, during: string): void;
     onReaped(ids: string[]): void;
     onPruned(deleted: number): void;
+    onFired(fired: FiredTick[], skipped: SkippedTicks[]): void;
   },
-): { reaper: Reaper; pruner: Pruner | null } {
+): { reaper: Reaper; pruner: Pruner | null; scheduler: Scheduler } {
   const { onError } = hooks;
   const reaper = new Reaper(
     { intervalMs: reapIntervalMs, onError },
     { reap: () => engine.reap(), onReaped: hooks.onReaped },
   );
+  const scheduler = new Scheduler(
+    { onError },
+    {
+      fire: () => fireDueSchedules(engine),
+      nextDueInMs: () => nextScheduleInMs(engine),
+      onFired: hooks.onFired,
+    },
+  );
   const { keepFinishedMs } = engine.settings.retention;
-  if (keepFinishedMs === null) return { reaper, pruner: null };
+  if (keepFinishedMs === null) return { reaper, pruner: null, scheduler };
   const intervalMs = Math.max(MIN_PRUNE_INTERVAL_MS, Math.min(keepFinishedMs, PRUNE_INTERVAL_MS));
   const pruner = new Pruner(
     { intervalMs, onError },
     { batchSize: PRUNE_BATCH, pruneBatch: (limit) => engine.pruneFinished(limit), onPruned: hooks.onPruned },
   );
-  return { reaper, pruner };
+  return { reaper, pruner, scheduler };
 }

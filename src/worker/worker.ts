@@ -10,7 +10,8 @@
  *     fallback poll or a freed slot, into the LocalQueue, from which free slots start them;
  *   - LeaseKeeper: renews all leases (held and running) in one statement every leaseMs / 3;
  *   - Reaper: reclaims expired leases every reapIntervalMs (with jitter); Pruner, with
- *     `retention.keepFinishedMs` on the queue: deletes finished jobs past it (maintenance.ts);
+ *     `retention.keepFinishedMs` on the queue: deletes finished jobs past it; Scheduler: fires
+ *     due schedules, asleep until the next one is due (maintenance.ts);
  *   - the NotificationListener: LISTEN, reconnecting with backoff (unless `listen: false`).
  */
 import { EventEmitter } from 'node:events';
@@ -19,6 +20,7 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isTransientError } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
+import { SCHEDULE_HINT } from '../engine/scheduler.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { ClaimedJob } from '../types.js';
@@ -31,7 +33,7 @@ export type { WorkerStats } from './events.js';
 import { type JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { ListenProbe } from './listen-probe.js';
-import { type Pruner, type Reaper, workerMaintenance } from './maintenance.js';
+import { type Pruner, type Reaper, type Scheduler, workerMaintenance } from './maintenance.js';
 import { type WorkerOptions, type WorkerSettings, workerQueue, workerSettings } from './options.js';
 
 type State = 'idle' | 'running' | 'stopping' | 'stopped';
@@ -76,6 +78,7 @@ export class Worker extends EventEmitter {
   private readonly keeper: LeaseKeeper;
   private readonly reaper: Reaper;
   private readonly pruner: Pruner | null;
+  private readonly scheduler: Scheduler;
   private readonly listener: NotificationListener | null;
   private readonly counters: Omit<WorkerStats, 'running' | 'claimed'> = {
     done: 0,
@@ -142,14 +145,19 @@ export class Worker extends EventEmitter {
       onCancelRequested: (run) => run.abort('cancel'),
       onError,
     });
-    ({ reaper: this.reaper, pruner: this.pruner } = workerMaintenance(engine, settings.reapIntervalMs, {
+    const services = workerMaintenance(engine, settings.reapIntervalMs, {
       onError,
       onReaped: (ids) => {
         this.emit('reaped', { ids });
         this.claimLoop.wake();
       },
       onPruned: (deleted) => this.emit('pruned', { deleted }),
-    }));
+      onFired: (fired, skipped) => {
+        for (const { name, tick, jobId } of fired) this.emit('schedule:fired', { name, tick, jobId });
+        for (const skip of skipped) this.emit('schedule:skipped', skip);
+      },
+    });
+    ({ reaper: this.reaper, pruner: this.pruner, scheduler: this.scheduler } = services);
     this.probe = new ListenProbe({
       workerId: this.workerId,
       send: (token) => engine.notify(token),
@@ -186,6 +194,7 @@ export class Worker extends EventEmitter {
       this.keeper.start();
       this.reaper.start();
       this.pruner?.start();
+      this.scheduler.start();
       for (let failures = 0; ; failures++) {
         try {
           await this.claimLoop.start();
@@ -256,6 +265,7 @@ export class Worker extends EventEmitter {
     renewLeases: () => this.keeper.tick(),
     reap: () => this.reaper.tick(),
     prune: () => this.pruner?.tick() ?? Promise.resolve(),
+    schedule: () => this.scheduler.tick(),
   };
 
   private async drain(timeoutMs: number): Promise<void> {
@@ -265,6 +275,7 @@ export class Worker extends EventEmitter {
     await this.giveBack(this.dispatcher.closeHeld().map((run) => run.job));
     await this.reaper.stop();
     await this.pruner?.stop();
+    await this.scheduler.stop();
     if (!(await this.dispatcher.allSettled(timeoutMs))) {
       for (const run of runs.values()) run.abort('shutdown');
       // Settled handlers write their outcome now; runaways are abandoned after the grace period.
@@ -315,6 +326,7 @@ export class Worker extends EventEmitter {
     await this.claimLoop.stop();
     await this.reaper.stop();
     await this.pruner?.stop();
+    await this.scheduler.stop();
     await this.keeper.stop();
     for (const run of this.dispatcher.runs.values()) run.finish();
     for (const run of this.dispatcher.runaways) run.finish();
@@ -387,6 +399,8 @@ export class Worker extends EventEmitter {
       // a held job starts already aborted (its handler never runs); a running one is aborted
       for (const run of this.dispatcher.runs.values())
         if (run.job.id === id && (run.phase === 'held' || run.phase === 'running')) run.abort('cancel');
+    } else if (payload === SCHEDULE_HINT) {
+      this.scheduler.wake();
     } else if (!this.probe.heard(payload)) {
       this.claimLoop.wake();
     }
@@ -395,7 +409,10 @@ export class Worker extends EventEmitter {
   /** LISTEN is in place: claim what was enqueued while nobody listened, and self-check. */
   private listening(reconnected: boolean): void {
     this.emit('listen:connected', { reconnected });
-    if (reconnected) this.claimLoop.wake();
+    if (reconnected) {
+      this.claimLoop.wake();
+      this.scheduler.wake(); // a schedule change may have been missed meanwhile
+    }
     if (this.state === 'running') this.probe.send();
   }
 

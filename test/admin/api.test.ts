@@ -536,6 +536,39 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
     expect((await queue.get(ids.done[1] as string))?.status).toBe('done');
   });
 
+  test('GET /api/schedules lists them; POST pause/resume: 200, 404 when unknown, 400 when malformed', async () => {
+    // SPEC §8: the dashboard's schedule list and its pause button.
+    expect((await call(server.url, '/api/schedules')).body).toEqual({ schedules: [] });
+    await queue.schedule('nightly report', { cron: '0 3 * * *', tz: 'Europe/Berlin', task: 'report.build' });
+    const list = await call(server.url, '/api/schedules');
+    expect(list.status).toBe(200);
+    expect(list.body.schedules).toEqual(asJson(await queue.schedules()));
+    expect(list.body.schedules[0]).toMatchObject({
+      name: 'nightly report',
+      paused: false,
+      tz: 'Europe/Berlin',
+    });
+
+    const paused = await call(server.url, '/api/schedules/nightly%20report/pause', { method: 'POST' });
+    expect(paused.body).toEqual({ name: 'nightly report', paused: true });
+    expect((await queue.schedules())[0]?.paused).toBe(true);
+    const resumed = await call(server.url, '/api/schedules/nightly%20report/resume', { method: 'POST' });
+    expect(resumed.body).toEqual({ name: 'nightly report', paused: false });
+    expect((await queue.schedules())[0]?.paused).toBe(false);
+
+    expectError(await call(server.url, '/api/schedules/nope/pause', { method: 'POST' }), 404, {
+      code: 'ERR_NOT_FOUND',
+    });
+    expectError(
+      await call(server.url, `/api/schedules/${'x'.repeat(1001)}/resume`, { method: 'POST' }),
+      400,
+      {
+        field: 'name',
+      },
+    );
+    await queue.unschedule('nightly report');
+  });
+
   test('reads from another origin are allowed, mutations are not (CSRF)', async () => {
     const ops = await call(server.url, '/api/ops', { headers: { Origin: 'http://evil.example' } });
     expect(ops.status).toBe(200);
@@ -590,6 +623,7 @@ describe('auth', () => {
   async function routes(): Promise<[string, string][]> {
     const deadId = await deadJob(1);
     const pending = (await queue.enqueue('auth.target', { n: 2 }, { queue: 'auth' })).id;
+    await queue.schedule('auth-nightly', { cron: '0 3 * * *', task: 'auth.nightly' });
     return [
       ['GET', '/api/ops'],
       ['GET', '/api/counts'],
@@ -598,6 +632,9 @@ describe('auth', () => {
       ['GET', '/api/history'],
       ['POST', `/api/jobs/${deadId}/requeue`],
       ['POST', `/api/jobs/${pending}/cancel`],
+      ['GET', '/api/schedules'],
+      ['POST', '/api/schedules/auth-nightly/pause'],
+      ['POST', '/api/schedules/auth-nightly/resume'],
     ];
   }
 

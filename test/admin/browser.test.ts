@@ -211,6 +211,14 @@ async function seedRealisticMix(queue: Queue): Promise<{ deadId: string; deadPay
     leaseMs: 600_000,
   });
   expect(running).toHaveLength(3);
+  // SPEC §8: two schedules for the Schedules card (one paused).
+  await queue.schedule('nightly-report', { cron: '0 2 * * *', tz: 'Europe/Berlin', task: 'report.generate' });
+  await queue.schedule('invoice-reminders', {
+    cron: '0 9 * * 1-5',
+    task: 'email.send',
+    payload: { kind: 'reminder' },
+  });
+  await queue.pauseSchedule('invoice-reminders');
   return { deadId, deadPayload };
 
   async function insertRows(list: Row[]) {
@@ -404,6 +412,28 @@ describe.skipIf(!HAS_CHROMIUM)(
         )
         .toBe('pending');
       expect(await shownCount(page, 'dead')).toBe((await queue.counts()).dead);
+      await page.context().close();
+    });
+
+    test('schedules: listed with their next run; the pause button pauses one and resumes it', async () => {
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const names = await page.locator('#schedules tr td:first-child').allTextContents();
+      expect(names).toEqual(['invoice-reminders', 'nightly-report']);
+      const nightly = page.locator('#schedules tr[data-schedule="nightly-report"]');
+      expect(await nightly.locator('td').nth(3).textContent()).toMatch(/^in \d+/);
+      expect(
+        await page.locator('#schedules tr[data-schedule="invoice-reminders"] td').nth(3).textContent(),
+      ).toBe('paused');
+      await nightly.locator('button').click();
+      await expect.poll(() => page.locator('#schedule-message').textContent()).toBe('Paused nightly-report.');
+      expect((await queue.schedules()).find((s) => s.name === 'nightly-report')?.paused).toBe(true);
+      await expect.poll(() => nightly.locator('button').textContent()).toBe('Resume');
+      await nightly.locator('button').click();
+      await expect
+        .poll(() => page.locator('#schedule-message').textContent())
+        .toBe('Resumed nightly-report.');
+      expect((await queue.schedules()).find((s) => s.name === 'nightly-report')?.paused).toBe(false);
       await page.context().close();
     });
 

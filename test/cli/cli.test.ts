@@ -79,6 +79,11 @@ const SUBCOMMANDS = [
   'prune',
   'dashboard',
   'dev',
+  'schedules',
+  'schedule',
+  'unschedule',
+  'pause-schedule',
+  'resume-schedule',
 ];
 
 interface Seed {
@@ -189,7 +194,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     const commands = ok(root)
       .split('Commands:\n')[1]
       ?.split('\n')
-      .map((line) => /^ {2}([a-z]+)\b/.exec(line)?.[1])
+      .map((line) => /^ {2}([a-z][a-z-]*)\b/.exec(line)?.[1])
       .filter((name): name is string => name !== undefined && name !== 'help');
     expect(commands?.sort()).toEqual([...SUBCOMMANDS].sort());
     helps.forEach((help, i) => {
@@ -513,6 +518,82 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       new RegExp(`^skiplock: Job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
     );
     expect((await row(done as string)).status).toBe('done');
+  });
+
+  test('schedule, schedules, pause-/resume-schedule, unschedule (SPEC §8): idempotent; bad input exits 2; unknown exits 3', async () => {
+    const created = json(
+      await run([
+        'schedule',
+        'cli-daily',
+        '0 9 * * 1-5',
+        'cli.report',
+        '{"kind":"daily"}',
+        '--tz',
+        'Europe/Berlin',
+        '--queue',
+        'reports',
+        '--priority',
+        '5',
+        '--json',
+      ]),
+    );
+    expect(created).toMatchObject({
+      name: 'cli-daily',
+      cron: '0 9 * * 1-5',
+      tz: 'Europe/Berlin',
+      task: 'cli.report',
+      payload: { kind: 'daily' },
+      queue: 'reports',
+      priority: 5,
+      paused: false,
+    });
+    const again = await run([
+      'schedule',
+      'cli-daily',
+      '0 9 * * 1-5',
+      'cli.report',
+      '{"kind":"daily"}',
+      '--tz',
+      'Europe/Berlin',
+      '--queue',
+      'reports',
+      '--priority',
+      '5',
+    ]);
+    expect(ok(again)).toMatch(/^Schedule cli-daily: next run 20\d\d-.*Z \(in .*\)\.\n$/);
+    const [bad, badTz, badCatchUp] = await Promise.all([
+      run(['schedule', 'cli-bad', '61 * * * *', 'cli.x']),
+      run(['schedule', 'cli-bad', '* * * * *', 'cli.x', '--tz', 'Atlantis/Capital']),
+      run(['schedule', 'cli-bad', '* * * * *', 'cli.x', '--catch-up', 'everything']),
+    ]);
+    oneLineError(bad, 2, /^skiplock: cron: "61 \* \* \* \*" is not a valid cron expression/);
+    oneLineError(badTz, 2, /^skiplock: tz: must be an IANA time zone/);
+    oneLineError(badCatchUp, 2, /^skiplock: --catch-up: must be latest, none or a number/);
+    expect((await queue.schedules()).map((s) => s.name)).not.toContain('cli-bad');
+
+    const listed = json(await run(['schedules', '--json'])) as { name: string }[];
+    expect(listed.find((s) => s.name === 'cli-daily')).toMatchObject({
+      tz: 'Europe/Berlin',
+      lastJobId: null,
+    });
+    const text = ok(await run(['schedules']));
+    expect(text).toMatch(/^NAME +CRON +TZ +TASK +NEXT RUN +LAST RUN +LAST JOB +STATE\n/);
+    expect(text).toMatch(/\ncli-daily +0 9 \* \* 1-5 +Europe\/Berlin +cli\.report +in .* +– +– +active/);
+
+    expect(ok(await run(['pause-schedule', 'cli-daily']))).toBe('Paused schedule cli-daily.\n');
+    expect((await queue.schedules()).find((s) => s.name === 'cli-daily')?.paused).toBe(true);
+    expect(json(await run(['resume-schedule', 'cli-daily', '--json']))).toEqual({
+      name: 'cli-daily',
+      paused: false,
+    });
+    const [unknownPause, unknownRemove] = await Promise.all([
+      run(['pause-schedule', 'cli-nope']),
+      run(['unschedule', 'cli-nope']),
+    ]);
+    oneLineError(unknownPause, 3, /^skiplock: No schedule named "cli-nope"$/m);
+    oneLineError(unknownRemove, 3, /^skiplock: No schedule named "cli-nope"$/m);
+    expect(ok(await run(['unschedule', 'cli-daily']))).toBe('Removed schedule cli-daily.\n');
+    expect((await queue.schedules()).map((s) => s.name)).not.toContain('cli-daily');
   });
 
   test('prune --older-than 7d --json: deletes old finished rows only, no progress on stderr', async () => {

@@ -20,7 +20,7 @@ import { ClaimLoop } from '../../src/worker/claim-loop.js';
 import { JobRun, leaseMargin } from '../../src/worker/job-run.js';
 import { LeaseKeeper } from '../../src/worker/lease-keeper.js';
 import { LocalQueue } from '../../src/worker/local-queue.js';
-import { Pruner, Reaper } from '../../src/worker/maintenance.js';
+import { Pruner, Reaper, Scheduler } from '../../src/worker/maintenance.js';
 
 let nextId = 1;
 function job(): ClaimedJob {
@@ -66,6 +66,15 @@ function run(leaseMs = 60_000, ageMs = 0, onLeaseExpired: (run: JobRun) => void 
 const noError = (error: unknown) => {
   throw error;
 };
+
+/** Waits (a few ms at a time, up to 2 s) until `ready()` holds. */
+async function until(ready: () => boolean): Promise<void> {
+  const deadline = performance.now() + 2_000;
+  while (!ready()) {
+    if (performance.now() > deadline) throw new Error('condition not reached within 2 s');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
 
 describe('LocalQueue', () => {
   test('hands out held runs in claim order, once each', () => {
@@ -338,6 +347,89 @@ describe('maintenance services: tick()', () => {
     );
     await pruner.tick();
     expect(calls).toBe(2);
+  });
+});
+
+describe('Scheduler: tick() and its sleep', () => {
+  /** Exposes the delay the base class would wait after the last step. */
+  class ProbeScheduler extends Scheduler {
+    sleep(): number {
+      return this.nextDelayMs();
+    }
+  }
+  const tick = (name: string, at: string) => ({ name, tick: new Date(at), jobId: '1' });
+
+  test('fires batches until one is not full, reports each, then sleeps until the next due schedule', async () => {
+    const batches = [
+      { fired: [tick('a', '2026-01-01T00:00:00Z')], skipped: [], more: true },
+      { fired: [], skipped: [{ name: 'b', tick: new Date(0), reason: 'overlap' as const }], more: false },
+    ];
+    const reported: string[] = [];
+    const scheduler = new ProbeScheduler(
+      { onError: noError },
+      {
+        fire: async () => batches.shift() ?? { fired: [], skipped: [], more: false },
+        nextDueInMs: async () => 1_234,
+        onFired: (fired, skipped) =>
+          reported.push(...fired.map((f) => f.name), ...skipped.map((k) => `${k.name}:${k.reason}`)),
+      },
+    );
+    await scheduler.tick();
+    expect(reported).toEqual(['a', 'b:overlap']);
+    expect(batches).toEqual([]);
+    expect(scheduler.sleep()).toBe(1_236); // a couple of ms late rather than early
+  });
+
+  test('no schedule: it sleeps a minute; one due far ahead: at most a minute; a failure: retries in a second', async () => {
+    let due: number | null = null;
+    let fail = false;
+    const errors: string[] = [];
+    const scheduler = new ProbeScheduler(
+      { onError: (_e, during) => errors.push(during) },
+      {
+        fire: async () => {
+          if (fail) throw new Error('database away');
+          return { fired: [], skipped: [], more: false };
+        },
+        nextDueInMs: async () => due,
+        onFired: () => undefined,
+      },
+    );
+    await scheduler.tick();
+    expect(scheduler.sleep()).toBe(60_000);
+    due = 86_400_000;
+    await scheduler.tick();
+    expect(scheduler.sleep()).toBe(60_000);
+    fail = true;
+    await scheduler.tick();
+    expect(scheduler.sleep()).toBe(1_000);
+    expect(errors).toEqual(['firing due schedules']);
+  });
+
+  test('wake() during a step runs another step right after it; after stop() it does nothing', async () => {
+    let steps = 0;
+    let release!: () => void;
+    const scheduler = new Scheduler(
+      { onError: noError },
+      {
+        fire: async () => {
+          steps++;
+          if (steps === 1) await new Promise<void>((resolve) => (release = resolve));
+          return { fired: [], skipped: [], more: false };
+        },
+        nextDueInMs: async () => null, // asleep for a minute unless woken
+        onFired: () => undefined,
+      },
+    );
+    scheduler.start(); // the first step runs at once
+    await until(() => steps === 1);
+    scheduler.wake(); // a hint arrives while the first step runs
+    release();
+    await until(() => steps === 2);
+    await scheduler.stop();
+    scheduler.wake();
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(steps).toBe(2);
   });
 });
 

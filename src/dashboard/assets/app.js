@@ -141,6 +141,56 @@ function renderQueues(counts) {
   }
 }
 
+function renderSchedules({ schedules }) {
+  const body = $('schedules');
+  // Schedule names are data: shown as text nodes, passed to the API URL-encoded.
+  const rows = schedules.length
+    ? schedules.map((s) =>
+        el(
+          'tr',
+          { 'data-schedule': s.name },
+          el('td', {}, s.name),
+          el('td', {}, el('code', {}, s.cron), s.tz === 'UTC' ? '' : ` ${s.tz}`),
+          el('td', {}, s.task),
+          el('td', {}, s.paused ? 'paused' : relative(s.nextRunAt)),
+          el('td', {}, relative(s.lastRunAt)),
+          el('td', {}, s.lastJobId ?? '—'),
+          el(
+            'td',
+            {},
+            el(
+              'button',
+              {
+                type: 'button',
+                class: 'schedule-toggle',
+                'data-name': s.name,
+                'data-paused': String(s.paused),
+              },
+              s.paused ? 'Resume' : 'Pause',
+            ),
+          ),
+        ),
+      )
+    : [el('tr', {}, el('td', { colspan: '7', class: 'muted' }, 'No schedules.'))];
+  const html = rows.map((row) => row.outerHTML).join('');
+  if (body.dataset.html !== html) {
+    body.replaceChildren(...rows);
+    body.dataset.html = html;
+  }
+}
+
+async function toggleSchedule(button) {
+  const name = button.dataset.name;
+  const action = button.dataset.paused === 'true' ? 'resume' : 'pause';
+  try {
+    await api(`/schedules/${encodeURIComponent(name)}/${action}`, { method: 'POST' });
+    setText($('schedule-message'), `${action === 'pause' ? 'Paused' : 'Resumed'} ${name}.`);
+    await refresh();
+  } catch (error) {
+    setText($('schedule-message'), error.message);
+  }
+}
+
 // ---------------------------------------------------------------- charts (hand-drawn SVG)
 
 const SVG = 'http://www.w3.org/2000/svg';
@@ -390,14 +440,16 @@ async function refresh() {
   if (state.busy) return;
   state.busy = true;
   try {
-    const [ops, counts, page, history] = await Promise.all([
+    const [ops, counts, page, history, schedules] = await Promise.all([
       api('/ops'),
       api('/counts'),
       api(`/jobs${jobQuery()}`),
       api('/history'),
+      api('/schedules'),
     ]);
     renderOps(ops);
     renderQueues(counts);
+    renderSchedules(schedules);
     renderJobs(page);
     renderDepth(history.depth);
     renderThroughput(history.throughput);
@@ -459,6 +511,10 @@ $('page-newest').addEventListener('click', () => {
   state.after = '';
   state.pages = [];
   void refresh();
+});
+$('schedules').addEventListener('click', (event) => {
+  const button = event.target.closest('.schedule-toggle');
+  if (button) void toggleSchedule(button);
 });
 $('action-requeue').addEventListener('click', () => void act('requeue'));
 $('action-cancel').addEventListener('click', () => void act('cancel'));
