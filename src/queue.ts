@@ -7,7 +7,9 @@ import {
   completeItems,
   listArgs,
   pruneArgs,
+  queueConfigArgs,
   retryInMsArg,
+  schedulePageArgs,
   taskFilterArg,
   throughputArgs,
 } from './core/queue-args.js';
@@ -23,6 +25,7 @@ import {
 import { inTransaction } from './db/executor.js';
 import { cancelOrThrow, prune, requeueDead, requeueOrThrow } from './engine/bulk-ops.js';
 import { attachEngine, Engine } from './engine/engine.js';
+import * as queues from './engine/queues.js';
 import * as reads from './engine/reads.js';
 import * as schedules from './engine/scheduler.js';
 import type { QueueOptions } from './engine/settings.js';
@@ -43,6 +46,9 @@ import type {
   OpsSnapshot,
   PruneOptions,
   Queryable,
+  QueueConfig,
+  QueueConfigOptions,
+  QueueInfo,
   RequeueOutcome,
   Schedule,
   ScheduleOptions,
@@ -114,7 +120,8 @@ export class Queue {
 
   /**
    * Claims up to `limit` due jobs for `workerId` in one statement (SPEC §1.1), in claim order
-   * (priority, run_after, id). Each returned job carries its lease.
+   * (priority, run_after, id). Each returned job carries its lease. Jobs of paused or limited
+   * queues (§8) are left out: Workers claim those.
    */
   async claim(workerId: string, options?: ClaimOptions): Promise<ClaimedJob[]> {
     const engine = this.open();
@@ -284,9 +291,10 @@ export class Queue {
     return schedules.removeSchedule(this.open(), requireName(name, 'name'));
   }
 
-  /** Every schedule, by name, with its next and last run. */
-  async schedules(): Promise<Schedule[]> {
-    return schedules.listSchedules(this.open());
+  /** Schedules by name with their next and last run: every one, or a page (`after`, `limit`). */
+  async schedules(options?: { after?: string; limit?: number }): Promise<Schedule[]> {
+    const { after, limit } = schedulePageArgs(options);
+    return schedules.listSchedules(this.open(), after, limit);
   }
 
   /** Stops firing a schedule until it is resumed. `false` when there is none. */
@@ -297,6 +305,31 @@ export class Queue {
   /** Fires a paused schedule again from its next tick after now (none missed meanwhile runs). */
   async resumeSchedule(name: string): Promise<boolean> {
     return schedules.resumeSchedule(this.open(), requireName(name, 'name'));
+  }
+
+  /**
+   * Configures queue `name` (SPEC §8): `paused`, `concurrency` (most jobs running at once across
+   * every worker), `rateLimit` (most starts per period). Left out: unchanged; `null`: no limit.
+   * Running workers hear of it at once. Claims that begin after it resolves obey it.
+   */
+  async configureQueue(name: string, options: QueueConfigOptions): Promise<QueueConfig> {
+    const change = queueConfigArgs(options);
+    return queues.configureQueue(this.open(), requireName(name, 'name'), change);
+  }
+
+  /** No job of this queue starts until it is resumed; running ones finish. */
+  async pauseQueue(name: string): Promise<void> {
+    await queues.configureQueue(this.open(), requireName(name, 'name'), { paused: true });
+  }
+
+  /** Lets a paused queue's jobs start again; workers claim them at once. */
+  async resumeQueue(name: string): Promise<void> {
+    await queues.configureQueue(this.open(), requireName(name, 'name'), { paused: false });
+  }
+
+  /** Every configured queue and every queue with live jobs: settings and live counts. */
+  async queues(): Promise<QueueInfo[]> {
+    return queues.listQueues(this.open());
   }
 
   /**

@@ -229,8 +229,8 @@ export interface ScheduleOptions {
   overlap?: boolean;
   /**
    * Ticks missed while no worker ran: 'latest' (default) enqueues only the latest, 'none' none
-   * (a tick runs only when it is at most one interval — and at most a minute — late), a number
-   * N the latest N (with `overlap: false`, at most one).
+   * (a tick runs only when it is at most a minute late), a number N the latest N (with
+   * `overlap: false`, at most one).
    */
   catchUp?: CatchUp;
 }
@@ -257,4 +257,33 @@ export interface Schedule {
   lastJobId: string | null;
   createdAt: Date;
   updatedAt: Date;
+}
+
+/** A queue's configuration (SPEC §8). */
+export interface QueueConfig {
+  name: string;
+  paused: boolean;
+  /** Most jobs of this queue running at once, across every worker; null: no limit. */
+  concurrency: number | null;
+  /** Most starts per `periodMs`, across every worker; null: no limit. */
+  rateLimit: { limit: number; periodMs: number } | null;
+  /** Not supported yet: always null. */
+  groupConcurrency: number | null;
+  /** Not supported yet: always null. */
+  groupRateLimit: { limit: number; periodMs: number } | null;
+}
+
+/** `configureQueue(name, options)`: a setting left out stays as it is; `null` clears a limit. */
+export interface QueueConfigOptions {
+  paused?: boolean;
+  concurrency?: number | null;
+  rateLimit?: { limit: number; periodMs: number } | null;
+  groupConcurrency?: number | null;
+  groupRateLimit?: { limit: number; periodMs: number } | null;
+}
+
+/** A queue's configuration and its live counts (SPEC §8). */
+export interface QueueInfo extends QueueConfig {
+  pending: number;
+  running: number;
 }

@@ -13,6 +13,8 @@ import { errorBody } from './errors.js';
 import type { History } from './history.js';
 
 const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
+/** Schedules per page of GET /api/schedules. */
+const SCHEDULE_PAGE = 500;
 
 export function apiRoutes(queue: Queue, history: History): Hono {
   const api = new Hono();
@@ -76,8 +78,19 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     return c.json({ id, cancelled: true, wasRunning });
   });
 
-  // SPEC §8 schedules: the list (names are data: an array, never object keys), pause and resume.
-  api.get('/schedules', async (c) => c.json({ schedules: await queue.schedules() }));
+  // SPEC §8 schedules: the list (names are data: an array, never object keys; a bounded page of
+  // SCHEDULE_PAGE by name, `next` set when there may be more), pause and resume.
+  api.get('/schedules', async (c) => {
+    const after = c.req.query('after');
+    const schedules = await queue.schedules({
+      limit: SCHEDULE_PAGE,
+      ...(after ? { after: requireName(after, 'after') } : {}),
+    });
+    return c.json({
+      schedules,
+      next: schedules.length === SCHEDULE_PAGE ? (schedules.at(-1)?.name ?? null) : null,
+    });
+  });
 
   api.post('/schedules/:name/pause', async (c) => {
     const name = requireName(c.req.param('name'), 'name');
@@ -90,6 +103,21 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     const name = requireName(c.req.param('name'), 'name');
     if (!(await queue.resumeSchedule(name)))
       throw new NotFoundError(`No schedule named ${JSON.stringify(name)}`);
+    return c.json({ name, paused: false });
+  });
+
+  // SPEC §8 queues: settings and live counts (names are data: an array), pause and resume.
+  api.get('/queues', async (c) => c.json({ queues: await queue.queues() }));
+
+  api.post('/queues/:name/pause', async (c) => {
+    const name = requireName(c.req.param('name'), 'name');
+    await queue.pauseQueue(name);
+    return c.json({ name, paused: true });
+  });
+
+  api.post('/queues/:name/resume', async (c) => {
+    const name = requireName(c.req.param('name'), 'name');
+    await queue.resumeQueue(name);
     return c.json({ name, paused: false });
   });
 

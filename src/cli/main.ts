@@ -15,6 +15,7 @@ import { registerList } from './list.js';
 import { registerMigrate } from './migrate.js';
 import { registerOps } from './ops.js';
 import { registerPrune } from './prune.js';
+import { registerQueues } from './queues.js';
 import { registerRequeue } from './requeue.js';
 import { registerSchedules } from './schedules.js';
 import { registerWorker } from './worker.js';
@@ -64,6 +65,7 @@ Run "skiplock <command> --help" for a command's options and examples.`,
   registerCancel(program);
   registerPrune(program);
   registerSchedules(program);
+  registerQueues(program);
   registerDashboard(program);
   registerDev(program);
   return program;

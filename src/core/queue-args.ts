@@ -3,7 +3,8 @@
  * key and value and returns what the engine needs, or throws a ValidationError (nothing written).
  */
 import { ValidationError } from '../errors.js';
-import type { ClaimOptions, Lease, ListOptions, PruneOptions } from '../types.js';
+import type { QueueChange } from '../store/queues.js';
+import type { ClaimOptions, Lease, ListOptions, PruneOptions, QueueConfigOptions } from '../types.js';
 import {
   optionalNameList,
   optionsObject,
@@ -106,4 +107,57 @@ export function taskFilterArg(options: { task?: string } | undefined): string | 
   const opts = optionsObject(options, 'options');
   rejectUnknownKeys(opts, ['task'], 'options');
   return opts.task === undefined ? null : requireName(opts.task, 'task');
+}
+
+/** `schedules({ after, limit })`: from the start and unbounded unless given. */
+export function schedulePageArgs(options: { after?: string; limit?: number } | undefined) {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['after', 'limit'], 'options');
+  return {
+    after: opts.after === undefined ? '' : requireName(opts.after, 'after'),
+    limit: opts.limit === undefined ? null : requireInt(opts.limit, 'limit', 1, 10_000),
+  };
+}
+
+/** Longest rate-limit period: a day. */
+const MAX_PERIOD_MS = 86_400_000;
+
+/** `configureQueue(name, options)`: what to change; group limits are refused (not supported yet). */
+export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueChange {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(
+    opts,
+    ['paused', 'concurrency', 'rateLimit', 'groupConcurrency', 'groupRateLimit'],
+    'options',
+  );
+  for (const field of ['groupConcurrency', 'groupRateLimit'] as const) {
+    if (opts[field] !== undefined && opts[field] !== null) {
+      throw new ValidationError(
+        field,
+        'is not supported yet: group keys and their limits come in a later release',
+      );
+    }
+  }
+  const change: QueueChange = {};
+  if (opts.paused !== undefined) {
+    if (typeof opts.paused !== 'boolean')
+      throw new ValidationError('paused', `must be true or false, got ${JSON.stringify(opts.paused)}`);
+    change.paused = opts.paused;
+  }
+  if (opts.concurrency !== undefined) {
+    change.concurrency =
+      opts.concurrency === null ? null : requireInt(opts.concurrency, 'concurrency', 1, 1_000_000);
+  }
+  if (opts.rateLimit !== undefined) {
+    if (opts.rateLimit === null) change.rateLimit = null;
+    else {
+      const rate = optionsObject(opts.rateLimit, 'rateLimit');
+      rejectUnknownKeys(rate, ['limit', 'periodMs'], 'rateLimit');
+      change.rateLimit = {
+        limit: requireInt(rate.limit, 'rateLimit.limit', 1, 1_000_000),
+        periodMs: requireInt(rate.periodMs, 'rateLimit.periodMs', 1, MAX_PERIOD_MS),
+      };
+    }
+  }
+  return change;
 }

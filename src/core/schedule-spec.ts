@@ -21,6 +21,11 @@ const KEYS = [
   'overlap',
   'catchUp',
 ];
+/**
+ * Longest schedule name, in UTF-8 bytes: it is the table's key and part of each tick's dedupe
+ * key, and an index entry holds at most about 2,700 bytes.
+ */
+export const MAX_SCHEDULE_NAME_BYTES = 200;
 /** Most missed ticks one firing enqueues (`catchUp: N`). */
 export const MAX_CATCH_UP = 1_000;
 
@@ -47,7 +52,7 @@ export function toScheduleSpec(name: unknown, options: ScheduleOptions): Schedul
     throw new ValidationError('overlap', `must be true or false, got ${JSON.stringify(opts.overlap)}`);
   }
   return {
-    name: requireName(name, 'name'),
+    name: requireScheduleName(name),
     cron,
     tz,
     task: requireName(opts.task, 'task'),
@@ -65,6 +70,19 @@ export function toScheduleSpec(name: unknown, options: ScheduleOptions): Schedul
     overlap: opts.overlap ?? false,
     catchUp: catchUpText(opts.catchUp),
   };
+}
+
+/** A schedule's name: a name (validate.ts) of at most MAX_SCHEDULE_NAME_BYTES bytes. */
+export function requireScheduleName(value: unknown): string {
+  const name = requireName(value, 'name');
+  const bytes = Buffer.byteLength(name, 'utf8');
+  if (bytes > MAX_SCHEDULE_NAME_BYTES) {
+    throw new ValidationError(
+      'name',
+      `must be at most ${MAX_SCHEDULE_NAME_BYTES} bytes in UTF-8, got ${bytes}`,
+    );
+  }
+  return name;
 }
 
 function catchUpText(value: unknown): string {

@@ -22,6 +22,7 @@ import { JobStore, type LeaseRenewal } from '../store/job-store.js';
 import type { Lease } from '../types.js';
 import { Completer } from './completer.js';
 import { Enqueuer } from './enqueuer.js';
+import { LimitedQueues } from './queues.js';
 import { type EngineSettings, engineSettings, type QueueOptions } from './settings.js';
 
 export class Engine {
@@ -31,6 +32,8 @@ export class Engine {
   readonly readPool: ManagedPool | null;
   readonly enqueuer: Enqueuer;
   readonly completer: Completer;
+  /** The limited queues as this process last read them (the worker's limited claims). */
+  readonly limits: LimitedQueues;
   private readonly ownsPool: boolean;
   /** Settings for a dedicated connection (migrations, the worker's LISTEN) to the same database. */
   readonly clientConfig: pg.ClientConfig;
@@ -73,6 +76,7 @@ export class Engine {
     if (!this.settings.poolerMode) this.store.prepareOn(this.pool);
     this.enqueuer = new Enqueuer(this);
     this.completer = new Completer(this);
+    this.limits = new LimitedQueues(this);
   }
 
   get schema(): string {

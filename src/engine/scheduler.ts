@@ -38,13 +38,32 @@ export function tickKey(name: string, tick: Date): string {
   return `skiplock:schedule:${name}:${tick.toISOString()}`;
 }
 
-/** Creates or updates a schedule (idempotent); its first run is the first tick after now. */
+/**
+ * Creates or updates a schedule (idempotent). A new schedule's first run is its first tick after
+ * now; a changed cron or time zone runs from its first tick after now and after the last tick
+ * fired. Computed under the row's lock (when the row exists), so a firing that commits
+ * meanwhile cannot be repeated by it.
+ */
 export async function upsertSchedule(engine: Engine, spec: ScheduleSpec): Promise<Schedule> {
-  const { store, pool } = engine;
-  const nowMs = await store.schedule.databaseNow(pool);
-  const row = await store.schedule.upsert(pool, { ...spec, nextRunAt: nextTick(spec, new Date(nowMs)) });
+  const { store } = engine;
+  const row = await inTransaction(engine.pool, async (tx) => {
+    const current = await store.schedule.lockOne(tx, spec.name);
+    const nowMs = current?.now_ms ?? (await store.schedule.databaseNow(tx));
+    const nextRunAt = nextRunAfter(spec, new Date(nowMs), current?.last_run_at ?? null);
+    return store.schedule.upsert(tx, { ...spec, nextRunAt });
+  });
   await hint(engine);
   return toSchedule(row);
+}
+
+/**
+ * The first tick after `now` on the forward walk from the last tick fired: inside a fall-back
+ * overlap, "the first tick after now" alone could be the second occurrence of a time that
+ * already ran (core/cron.ts).
+ */
+export function nextRunAfter(spec: CronSpec, now: Date, lastRunMs: number | null): Date {
+  if (lastRunMs === null || lastRunMs > now.getTime()) return nextTick(spec, now);
+  return dueTicks(spec, new Date(lastRunMs + 1), now, 0).next;
 }
 
 export async function removeSchedule(engine: Engine, name: string): Promise<boolean> {
@@ -53,8 +72,22 @@ export async function removeSchedule(engine: Engine, name: string): Promise<bool
   return removed;
 }
 
-export async function listSchedules(engine: Engine): Promise<Schedule[]> {
-  return (await engine.read((db) => engine.store.schedule.list(db))).map(toSchedule);
+/** Schedules by name after `after`, at most `limit` (every one, page by page, without a limit). */
+export async function listSchedules(
+  engine: Engine,
+  after: string,
+  limit: number | null,
+): Promise<Schedule[]> {
+  const page = 1_000;
+  const all: Schedule[] = [];
+  let cursor = after;
+  for (;;) {
+    const want = limit === null ? page : Math.min(page, limit - all.length);
+    const rows = await engine.read((db) => engine.store.schedule.list(db, cursor, want));
+    all.push(...rows.map(toSchedule));
+    if (rows.length < want || (limit !== null && all.length >= limit)) return all;
+    cursor = rows.at(-1)?.name as string;
+  }
 }
 
 export function pauseSchedule(engine: Engine, name: string): Promise<boolean> {
@@ -66,41 +99,61 @@ export async function resumeSchedule(engine: Engine, name: string): Promise<bool
   const resumed = await inTransaction(engine.pool, async (tx) => {
     const row = await engine.store.schedule.lockOne(tx, name);
     if (row === null) return false;
-    return engine.store.schedule.resume(tx, name, nextTick(row, new Date(row.now_ms)));
+    return engine.store.schedule.resume(tx, name, nextRunAfter(row, new Date(row.now_ms), row.last_run_at));
   });
   if (resumed) await hint(engine);
   return resumed;
 }
 
+export interface FiringResult {
+  fired: FiredTick[];
+  skipped: SkippedTicks[];
+  /** Schedules whose firing failed: their due ticks were skipped (the error says why). */
+  failed: { name: string; error: unknown }[];
+  /** As many rows as one batch takes were due: more may be. */
+  more: boolean;
+  /** How many due rows this step locked (0 with rows due: another worker is firing them). */
+  locked: number;
+}
+
 /**
  * One step of the scheduler: fires every due schedule this worker can lock (up to DUE_BATCH per
- * transaction), each with the ticks its `catchUp` and `overlap` allow.
+ * transaction), each with the ticks its `catchUp` and `overlap` allow. Each schedule fires under
+ * a savepoint: one whose firing fails (a statement error) has its due ticks skipped and its next
+ * run advanced, so it can neither hold back the others nor fail again at every step.
  */
-export async function fireDueSchedules(
-  engine: Engine,
-): Promise<{ fired: FiredTick[]; skipped: SkippedTicks[]; more: boolean }> {
+export async function fireDueSchedules(engine: Engine): Promise<FiringResult> {
   engine.assertOpen();
   const { store } = engine;
   return inTransaction(engine.pool, async (tx) => {
-    const fired: FiredTick[] = [];
-    const skipped: SkippedTicks[] = [];
+    const result: FiringResult = { fired: [], skipped: [], failed: [], more: false, locked: 0 };
     const rows = await store.schedule.lockDue(tx, DUE_BATCH);
+    result.locked = rows.length;
+    result.more = rows.length === DUE_BATCH;
     for (const row of rows) {
       const spec: CronSpec = { cron: row.cron, tz: row.tz };
       const { run, skip, next } = ticksToRun(spec, row, new Date(row.now_ms));
-      if (skip) skipped.push({ name: row.name, ...skip });
-      const jobs = await store.schedule.fire(
-        tx,
-        row.name,
-        run.map((at) => ({ at, dedupeKey: tickKey(row.name, at) })),
-        next,
-      );
-      for (const job of jobs) {
-        const tick = run.find((at) => tickKey(row.name, at) === job.dedupeKey);
-        if (tick) fired.push({ name: row.name, tick, jobId: job.id });
+      await tx.query('SAVEPOINT skiplock_fire');
+      try {
+        const jobs = await store.schedule.fire(
+          tx,
+          row.name,
+          run.map((at) => ({ at, dedupeKey: tickKey(row.name, at) })),
+          next,
+        );
+        await tx.query('RELEASE SAVEPOINT skiplock_fire');
+        if (skip) result.skipped.push({ name: row.name, ...skip });
+        for (const job of jobs) {
+          const tick = run.find((at) => tickKey(row.name, at) === job.dedupeKey);
+          if (tick) result.fired.push({ name: row.name, tick, jobId: job.id });
+        }
+      } catch (error) {
+        await tx.query('ROLLBACK TO SAVEPOINT skiplock_fire');
+        await store.schedule.fire(tx, row.name, [], next); // skip these ticks, advance
+        result.failed.push({ name: row.name, error });
       }
     }
-    return { fired, skipped, more: rows.length === DUE_BATCH };
+    return result;
   });
 }
 

@@ -7,6 +7,7 @@ import { claimToken } from './003-claim-token.js';
 import { counters } from './004-counters.js';
 import { pickFunction } from './005-pick-function.js';
 import { schedules } from './006-schedules.js';
+import { queues } from './007-queues.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -17,6 +18,7 @@ export const MIGRATIONS: readonly Migration[] = [
   counters,
   pickFunction,
   schedules,
+  queues,
 ];
 
 /** The schema version this package needs. */

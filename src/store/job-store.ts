@@ -10,6 +10,7 @@
  *   store.lease     renewLease, renewLeases, lockLease, reap          (lease.ts)
  *   store.admin     requeue, requeueDeadBatch, deadIds, cancel, pruneBatch, pruneFinished (admin.ts)
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
+ *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
  *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
  */
 
@@ -21,12 +22,14 @@ import { EnqueueStatements, enqueueSql } from './enqueue.js';
 import { LeaseStatements, leaseSql } from './lease.js';
 import { ObserveStatements, observeSql } from './observe.js';
 import { OutcomeStatements, outcomeSql } from './outcome.js';
+import { QueueStatements, queueSql } from './queues.js';
 import { Runner } from './runner.js';
 import { ScheduleStatements, scheduleSql } from './schedule.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
 export { EXACT_COUNT_LIMIT, LIST_WINDOW, type StatusCounts } from './observe.js';
+export type { QueueChange, QueueRow } from './queues.js';
 export type { ScheduleRow, ScheduleWrite } from './schedule.js';
 
 export class JobStore {
@@ -40,6 +43,7 @@ export class JobStore {
   readonly admin: AdminStatements;
   readonly observe: ObserveStatements;
   readonly schedule: ScheduleStatements;
+  readonly queues: QueueStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -54,6 +58,7 @@ export class JobStore {
     this.admin = new AdminStatements(this.runner, adminSql(s));
     this.observe = new ObserveStatements(this.runner, observeSql(s));
     this.schedule = new ScheduleStatements(this.runner, scheduleSql(s));
+    this.queues = new QueueStatements(this.runner, queueSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

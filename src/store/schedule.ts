@@ -56,7 +56,7 @@ export function scheduleSql(s: string) {
   const jobs = `${s}.jobs`;
   return {
     /** §1.4 database time, to anchor tick computations (`ms`: epoch milliseconds). */
-    scheduleDatabaseNow: `SELECT floor(extract(epoch FROM now()) * 1000)::float8 AS ms`,
+    scheduleDatabaseNow: `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
 
     /**
      * §8 idempotent upsert: many processes may run it at once for one name (ON CONFLICT takes
@@ -80,14 +80,19 @@ export function scheduleSql(s: string) {
     /** §8 removes a schedule; jobs it already enqueued stay. */
     scheduleRemove: `DELETE FROM ${schedules} WHERE name = $1 RETURNING name`,
 
-    scheduleList: `SELECT ${COLUMNS} FROM ${schedules} ORDER BY name`,
+    /** Schedules by name after $1 (keyset), at most $2: a bounded read. */
+    scheduleList: `SELECT ${COLUMNS} FROM ${schedules} WHERE name > $1 ORDER BY name LIMIT $2`,
 
     /** §8 pause: the scheduler skips the row (its partial index leaves it out). */
     schedulePause: `UPDATE ${schedules} SET paused = true, updated_at = now() WHERE name = $1 RETURNING name`,
 
-    /** For resume: the row's cron and the database's now, locked against a concurrent change. */
+    /**
+     * For an upsert or a resume: the row's cron, its last tick fired and the database's now
+     * (clock_timestamp: the lock may have been waited for), locked against a concurrent firing.
+     */
     scheduleLockOne: `
-      SELECT cron, tz, paused, floor(extract(epoch FROM now()) * 1000)::float8 AS now_ms
+      SELECT cron, tz, paused, ${MS('last_run_at')},
+             floor(extract(epoch FROM clock_timestamp()) * 1000)::float8 AS now_ms
       FROM ${schedules} WHERE name = $1 FOR UPDATE`,
 
     /**
@@ -138,7 +143,9 @@ export function scheduleSql(s: string) {
       ), advanced AS (
         UPDATE ${schedules} SET
           next_run_at = to_timestamp($4::float8 / 1000),
-          last_run_at = coalesce(to_timestamp((SELECT max(run_after) FROM ticks) / 1000), last_run_at),
+          -- the latest tick that enqueued a job (not one that met a dedupe conflict)
+          last_run_at = coalesce((SELECT to_timestamp(max(t.run_after) / 1000)
+                                  FROM ticks AS t JOIN ins ON ins.dedupe_key = t.dedupe_key), last_run_at),
           last_job_id = coalesce((SELECT id FROM ins ORDER BY id DESC LIMIT 1), last_job_id)
         WHERE name = $1
         RETURNING name
@@ -182,8 +189,8 @@ export class ScheduleStatements extends StatementFamily<ReturnType<typeof schedu
     return (await this.run(db, this.sql.scheduleRemove, [name])).length > 0;
   }
 
-  list(db: Executor): Promise<ScheduleRow[]> {
-    return this.run<ScheduleRow>(db, this.sql.scheduleList, []);
+  list(db: Executor, after: string, limit: number): Promise<ScheduleRow[]> {
+    return this.run<ScheduleRow>(db, this.sql.scheduleList, [after, limit]);
   }
 
   async pause(db: Executor, name: string): Promise<boolean> {
@@ -193,12 +200,20 @@ export class ScheduleStatements extends StatementFamily<ReturnType<typeof schedu
   async lockOne(
     db: Executor,
     name: string,
-  ): Promise<{ cron: string; tz: string; paused: boolean; now_ms: number } | null> {
-    const rows = await this.run<{ cron: string; tz: string; paused: boolean; now_ms: number }>(
-      db,
-      this.sql.scheduleLockOne,
-      [name],
-    );
+  ): Promise<{
+    cron: string;
+    tz: string;
+    paused: boolean;
+    last_run_at: number | null;
+    now_ms: number;
+  } | null> {
+    const rows = await this.run<{
+      cron: string;
+      tz: string;
+      paused: boolean;
+      last_run_at: number | null;
+      now_ms: number;
+    }>(db, this.sql.scheduleLockOne, [name]);
     return rows[0] ?? null;
   }
 

@@ -8,6 +8,7 @@ import { enqueueSql } from './enqueue.js';
 import { leaseSql } from './lease.js';
 import { observeSql } from './observe.js';
 import { outcomeSql } from './outcome.js';
+import { queueSql } from './queues.js';
 import { scheduleSql } from './schedule.js';
 
 export { COMPLETED_DELETED, JOB_COLUMNS } from './fragments.js';
@@ -22,5 +23,6 @@ export function buildStatements(s: string) {
     ...adminSql(s),
     ...observeSql(s),
     ...scheduleSql(s),
+    ...queueSql(s),
   };
 }

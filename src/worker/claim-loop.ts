@@ -19,6 +19,11 @@ export interface ClaimLoopDeps {
   nextDueInMs(): Promise<number | null>;
   freeSlots(): number;
   /**
+   * Whether the last claim left work it knows of for later (a limited queue it had no idle
+   * slot for): then a freed slot claims again even though the claim came back short.
+   */
+  leftWork?(): boolean;
+  /**
    * Takes the jobs of one claim (must not throw). `sentAt` (performance.now()) is when the claim
    * was sent: their leases run from then at the latest.
    */
@@ -133,7 +138,7 @@ export class ClaimLoop {
         return;
       }
       if (jobs.length > 0) this.deps.accept(jobs, sentAt);
-      if (jobs.length < free) {
+      if (jobs.length < free && !this.deps.leftWork?.()) {
         this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
         await this.armDueTimer();
       }

@@ -28,6 +28,8 @@ export interface DispatcherDeps {
   onLeaseExpired(run: JobRun): void;
   /** A slot or a place in the window was freed: claim again if work may be waiting. */
   onFreed(): void;
+  /** Whether a claimed job goes ahead of the held ones (a limited queue's job, §8). */
+  jumpsQueue(job: ClaimedJob): boolean;
 }
 
 export class Dispatcher {
@@ -69,6 +71,16 @@ export class Dispatcher {
     return Math.min(room, MAX_CLAIM_BATCH);
   }
 
+  /**
+   * How many jobs of limited queues (§8) a claim may take now: the slots without a handler, and
+   * at least one — such jobs go ahead of every held job, so one starts at the next free slot
+   * even while a backlog keeps every slot busy (they are never left waiting behind it).
+   */
+  limitedRoom(): number {
+    if (!this.deps.running()) return 0;
+    return Math.max(1, this.deps.settings.concurrency - this.executing);
+  }
+
   /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
   accept(jobs: ClaimedJob[], sentAt: number): void {
     const { settings } = this.deps;
@@ -84,7 +96,13 @@ export class Dispatcher {
       return run;
     });
     this.claimed += runs.length;
-    this.localQueue.push(runs);
+    const urgent = runs.filter((run) => this.deps.jumpsQueue(run.job));
+    if (urgent.length > 0) {
+      this.localQueue.pushFront(urgent);
+      this.localQueue.push(runs.filter((run) => !urgent.includes(run)));
+    } else {
+      this.localQueue.push(runs);
+    }
     this.dispatch();
   }
 

@@ -40,6 +40,16 @@ export class LocalQueue {
   }
 
   /**
+   * Adds runs ahead of every held one (a limited queue's jobs: their limits count them from
+   * their claim, so they start at the next free slot). After close() it refuses them.
+   */
+  pushFront(runs: readonly JobRun[]): boolean {
+    if (this.current !== 'open') return false;
+    this.runs.splice(this.head, 0, ...runs);
+    return true;
+  }
+
+  /**
    * The next held run whose lease still holds, or null. Runs that are no longer held (their
    * lease expired or was lost while they waited) are dropped on the way.
    */

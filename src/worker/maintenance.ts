@@ -15,6 +15,7 @@
 import type { Engine } from '../engine/engine.js';
 import {
   type FiredTick,
+  type FiringResult,
   fireDueSchedules,
   nextScheduleInMs,
   type SkippedTicks,
@@ -153,6 +154,11 @@ export class Pruner extends MaintenanceService {
 const SCHEDULER_MAX_SLEEP_MS = 60_000;
 /** After an error, the scheduler retries after this long. */
 const SCHEDULER_RETRY_MS = 1_000;
+/**
+ * A due schedule locked by another worker (firing it, or stuck mid-firing): look again after
+ * this long, doubling up to a second — never in a loop while the lock is held.
+ */
+const SCHEDULER_LOCKED_MS = 100;
 
 /**
  * Fires due schedules (SPEC §8): each step fires what is due, then sleeps until the earliest
@@ -162,11 +168,13 @@ const SCHEDULER_RETRY_MS = 1_000;
 export class Scheduler extends MaintenanceService {
   protected readonly doing = 'firing due schedules';
   private sleepMs = 0;
+  /** Consecutive steps that found due schedules but could lock none of them. */
+  private lockedOut = 0;
 
   constructor(
     deps: Omit<ServiceDeps, 'intervalMs'>,
     private readonly ops: {
-      fire(): Promise<{ fired: FiredTick[]; skipped: SkippedTicks[]; more: boolean }>;
+      fire(): Promise<FiringResult>;
       nextDueInMs(): Promise<number | null>;
       onFired(fired: FiredTick[], skipped: SkippedTicks[]): void;
     },
@@ -184,12 +192,24 @@ export class Scheduler extends MaintenanceService {
 
   protected async step(): Promise<void> {
     this.sleepMs = SCHEDULER_RETRY_MS; // unless the step gets to say otherwise
+    let locked = 0;
     for (;;) {
-      const { fired, skipped, more } = await this.ops.fire();
-      if (fired.length > 0 || skipped.length > 0) this.ops.onFired(fired, skipped);
-      if (!more || this.stopRequested) break;
+      const result = await this.ops.fire();
+      locked += result.locked;
+      if (result.fired.length > 0 || result.skipped.length > 0)
+        this.ops.onFired(result.fired, result.skipped);
+      for (const { name, error } of result.failed) {
+        this.deps.onError(error, `firing schedule ${JSON.stringify(name)} (its due ticks were skipped)`);
+      }
+      if (!result.more || this.stopRequested) break;
     }
     const dueInMs = await this.ops.nextDueInMs();
+    if (dueInMs !== null && dueInMs <= 0 && locked === 0) {
+      // Due, but locked by another worker: it fires them (or its lock ends); do not spin.
+      this.sleepMs = Math.min(1_000, SCHEDULER_LOCKED_MS * 2 ** this.lockedOut++);
+      return;
+    }
+    this.lockedOut = 0;
     this.sleepMs = dueInMs === null ? SCHEDULER_MAX_SLEEP_MS : Math.min(SCHEDULER_MAX_SLEEP_MS, dueInMs + 2);
   }
 }

@@ -20,6 +20,7 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isTransientError } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
+import { claimWithLimits, QUEUE_HINT, ROOM_HINT } from '../engine/queues.js';
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
@@ -92,6 +93,8 @@ export class Worker extends EventEmitter {
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
   private readonly stopRequested = new AbortController();
+  /** The last claim left out a limited queue (no idle slot, or an error): claim when a slot frees. */
+  private limitedLeft = false;
   private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
@@ -113,6 +116,13 @@ export class Worker extends EventEmitter {
       running: () => this.state === 'running',
       emit: (event, payload) => {
         this.count(event);
+        // A job of a limited queue left `running`: there is room for another one (§8) — for
+        // this worker, and for any other waiting for it (a hint).
+        const { job } = payload as { job?: ClaimedJob };
+        if (job && event !== 'job:start' && engine.limits.has(job.queue)) {
+          this.claimLoop.wake();
+          engine.limits.roomFreed();
+        }
         // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
         if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
         this.emit(event, payload);
@@ -120,10 +130,25 @@ export class Worker extends EventEmitter {
       onError,
       onLeaseExpired: (run) => this.leaseExpired(run),
       onFreed: () => this.claimLoop.slotFreed(),
+      jumpsQueue: (job) => engine.limits.has(job.queue),
     });
     this.claimLoop = new ClaimLoop({
-      claim: (limit) =>
-        engine.claim(this.workerId, limit, settings.leaseMs, settings.taskNames, settings.queues),
+      claim: async (limit) => {
+        const { jobs, waitMs, unserved } = await claimWithLimits(engine, {
+          workerId: this.workerId,
+          onError,
+          limit,
+          idle: this.dispatcher.limitedRoom(),
+          leaseMs: settings.leaseMs,
+          tasks: settings.taskNames,
+          queues: settings.queues,
+        });
+        // A rate-limited queue full for its period, or its lock held: claim again then.
+        if (waitMs !== null) this.claimLoop.wakeIn(waitMs + 1);
+        this.limitedLeft = unserved;
+        return jobs;
+      },
+      leftWork: () => this.limitedLeft,
       nextDueInMs: () => engine.nextDueInMs(settings.taskNames, settings.queues),
       freeSlots: () => this.dispatcher.capacity(),
       accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
@@ -401,6 +426,11 @@ export class Worker extends EventEmitter {
         if (run.job.id === id && (run.phase === 'held' || run.phase === 'running')) run.abort('cancel');
     } else if (payload === SCHEDULE_HINT) {
       this.scheduler.wake();
+    } else if (payload === QUEUE_HINT) {
+      this.engine.limits.invalidate(); // a pause, a resume or a new limit: read them again
+      this.claimLoop.wake();
+    } else if (payload === ROOM_HINT) {
+      this.claimLoop.wake(); // a job of a limited queue finished somewhere
     } else if (!this.probe.heard(payload)) {
       this.claimLoop.wake();
     }

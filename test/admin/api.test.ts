@@ -538,7 +538,7 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
 
   test('GET /api/schedules lists them; POST pause/resume: 200, 404 when unknown, 400 when malformed', async () => {
     // SPEC §8: the dashboard's schedule list and its pause button.
-    expect((await call(server.url, '/api/schedules')).body).toEqual({ schedules: [] });
+    expect((await call(server.url, '/api/schedules')).body).toEqual({ schedules: [], next: null });
     await queue.schedule('nightly report', { cron: '0 3 * * *', tz: 'Europe/Berlin', task: 'report.build' });
     const list = await call(server.url, '/api/schedules');
     expect(list.status).toBe(200);
@@ -567,6 +567,27 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
       },
     );
     await queue.unschedule('nightly report');
+  });
+
+  test('GET /api/queues: settings and live counts; POST pause/resume; 400 when malformed', async () => {
+    // SPEC §8: the dashboard's queue table and its pause button.
+    const before = await call(server.url, '/api/queues');
+    expect(before.status).toBe(200);
+    expect(before.body.queues).toEqual(asJson(await queue.queues()));
+    expect(before.body.queues.find((q: { name: string }) => q.name === 'media')).toMatchObject({
+      paused: false,
+      concurrency: null,
+      running: 1,
+    });
+    const paused = await call(server.url, '/api/queues/media/pause', { method: 'POST' });
+    expect(paused.body).toEqual({ name: 'media', paused: true });
+    expect((await queue.queues()).find((q) => q.name === 'media')?.paused).toBe(true);
+    const resumed = await call(server.url, '/api/queues/media/resume', { method: 'POST' });
+    expect(resumed.body).toEqual({ name: 'media', paused: false });
+    expect((await queue.queues()).find((q) => q.name === 'media')?.paused).toBe(false);
+    expectError(await call(server.url, `/api/queues/${'q'.repeat(1001)}/pause`, { method: 'POST' }), 400, {
+      field: 'name',
+    });
   });
 
   test('reads from another origin are allowed, mutations are not (CSRF)', async () => {
@@ -633,6 +654,9 @@ describe('auth', () => {
       ['POST', `/api/jobs/${deadId}/requeue`],
       ['POST', `/api/jobs/${pending}/cancel`],
       ['GET', '/api/schedules'],
+      ['GET', '/api/queues'],
+      ['POST', '/api/queues/auth/pause'],
+      ['POST', '/api/queues/auth/resume'],
       ['POST', '/api/schedules/auth-nightly/pause'],
       ['POST', '/api/schedules/auth-nightly/resume'],
     ];

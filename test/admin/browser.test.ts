@@ -437,6 +437,23 @@ describe.skipIf(!HAS_CHROMIUM)(
       await page.context().close();
     });
 
+    test('queues: limits shown; the pause button pauses the queue (database) and resumes it', async () => {
+      await queue.configureQueue('payments', { concurrency: 2, rateLimit: { limit: 30, periodMs: 60_000 } });
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const payments = page.locator('#queues tr[data-queue="payments"]');
+      expect(await payments.locator('td').nth(3).textContent()).toBe('≤ 2 at once, 30 per 1 min');
+      await payments.locator('button').click();
+      await expect.poll(() => page.locator('#queue-message').textContent()).toBe('Paused queue payments.');
+      expect((await queue.queues()).find((q) => q.name === 'payments')?.paused).toBe(true);
+      await expect.poll(() => payments.locator('td').first().textContent()).toBe('payments paused');
+      await payments.locator('button').click();
+      await expect.poll(() => page.locator('#queue-message').textContent()).toBe('Resumed queue payments.');
+      expect((await queue.queues()).find((q) => q.name === 'payments')?.paused).toBe(false);
+      await queue.configureQueue('payments', { concurrency: null, rateLimit: null });
+      await page.context().close();
+    });
+
     test('keyboard: Tab reaches a job row and Enter opens it', async () => {
       const page = await open(server.url);
       await page.waitForSelector('body[data-loaded="true"]');
@@ -503,8 +520,8 @@ describe.skipIf(!HAS_CHROMIUM)(
             .evaluateAll((rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
         await expect.poll(queueRows).toEqual(
           expect.arrayContaining([
-            ['__proto__', '2', '0'],
-            ['constructor', '1', '0'],
+            ['__proto__', '2', '0', '—', 'Pause'],
+            ['constructor', '1', '0', '—', 'Pause'],
           ]),
         );
 

@@ -84,6 +84,10 @@ const SUBCOMMANDS = [
   'unschedule',
   'pause-schedule',
   'resume-schedule',
+  'queues',
+  'pause',
+  'resume',
+  'configure-queue',
 ];
 
 interface Seed {
@@ -594,6 +598,35 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(unknownRemove, 3, /^skiplock: No schedule named "cli-nope"$/m);
     expect(ok(await run(['unschedule', 'cli-daily']))).toBe('Removed schedule cli-daily.\n');
     expect((await queue.schedules()).map((s) => s.name)).not.toContain('cli-daily');
+  });
+
+  test('queues, pause, resume, configure-queue (SPEC §8): settings and counts; bad input exits 2', async () => {
+    await queue.enqueue('cli.q', null, { queue: 'cli-mail' });
+    expect(
+      ok(await run(['configure-queue', 'cli-mail', '--concurrency', '3', '--rate-limit', '50/1s'])),
+    ).toBe('Queue cli-mail: active, concurrency 3, 50 per 1 s.\n');
+    expect(ok(await run(['pause', 'cli-mail']))).toBe('Paused queue cli-mail.\n');
+    const listed = json(await run(['queues', '--json'])) as { name: string }[];
+    expect(listed.find((q) => q.name === 'cli-mail')).toMatchObject({
+      paused: true,
+      concurrency: 3,
+      rateLimit: { limit: 50, periodMs: 1000 },
+      pending: 1,
+      running: 0,
+    });
+    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +1 +0 +3 +50 per 1 s\n/);
+    expect(json(await run(['resume', 'cli-mail', '--json']))).toEqual({ name: 'cli-mail', paused: false });
+    expect(
+      json(
+        await run(['configure-queue', 'cli-mail', '--concurrency', 'none', '--rate-limit', 'none', '--json']),
+      ),
+    ).toMatchObject({ name: 'cli-mail', paused: false, concurrency: null, rateLimit: null });
+    const [badRate, badConcurrency] = await Promise.all([
+      run(['configure-queue', 'cli-mail', '--rate-limit', 'fast']),
+      run(['configure-queue', 'cli-mail', '--concurrency', '0']),
+    ]);
+    oneLineError(badRate, 2, /--rate-limit.*must be N\/DURATION/);
+    oneLineError(badConcurrency, 2, /--concurrency.*must be a positive integer or none/);
   });
 
   test('prune --older-than 7d --json: deletes old finished rows only, no progress on stderr', async () => {

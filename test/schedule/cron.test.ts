@@ -8,10 +8,12 @@
  * the overlap: at its first occurrence); an hourly schedule runs every real hour.
  *
  * Break: compute the next run with cron-parser's prev()/a fresh next() from the clock's now
- * (see core/cron.ts), or use croner 9: the fall-back cases fail (a second 02:30, or no 06:00Z).
+ * (see core/cron.ts, engine/scheduler.ts nextRunAfter), or use croner 9: the fall-back cases
+ * fail (a second 02:30, or no 06:00Z).
  */
 import { describe, expect, test } from 'vitest';
 import { dueTicks, nextTick, requireCron } from '../../src/core/cron.js';
+import { nextRunAfter } from '../../src/engine/scheduler.js';
 import { ValidationError } from '../../src/errors.js';
 
 const iso = (dates: Date[]) => dates.map((d) => d.toISOString());
@@ -60,6 +62,16 @@ describe('cron ticks across the 2026 DST transitions (hand-computed instants)', 
     );
     expect(iso(ticks)).toEqual(['2026-10-25T00:30:00.000Z']);
     expect(next.toISOString()).toBe('2026-10-26T01:30:00.000Z');
+  });
+
+  test('a resume (or a new cron) inside the overlap walks on from the last tick fired', () => {
+    // Fired at 00:30Z (the first 02:30), paused, resumed at 01:10Z: the next run is the next
+    // day — "the first tick after now" alone would be 01:30Z, the second 02:30 of the same day.
+    const now = new Date('2026-10-25T01:10:00Z');
+    const lastRun = Date.parse('2026-10-25T00:30:00Z');
+    expect(nextRunAfter(berlin, now, lastRun).toISOString()).toBe('2026-10-26T01:30:00.000Z');
+    expect(nextTick(berlin, now).toISOString()).toBe('2026-10-25T01:30:00.000Z');
+    expect(nextRunAfter(berlin, now, null).toISOString()).toBe('2026-10-25T01:30:00.000Z'); // never ran
   });
 
   test('0 * * * * in America/New_York runs every real hour through both transitions', () => {

@@ -51,6 +51,7 @@ describe('queue.schedule(): validated, idempotent upsert', () => {
     const queue = db.queue();
     const bad: [unknown, unknown, string][] = [
       ['', { cron: '* * * * *', task: 't' }, 'name'],
+      ['語'.repeat(100), { cron: '* * * * *', task: 't' }, 'name'], // 300 bytes: over 200
       ['x', { cron: '* * * * *' }, 'task'],
       ['x', { cron: '99 * * * *', task: 't' }, 'cron'],
       ['x', { cron: '* * * * *', task: 't', tz: 'Nowhere/City' }, 'tz'],
@@ -165,6 +166,45 @@ describe('firing a tick', () => {
     await idleWorker().tick.schedule();
     expect(await jobsOf('locked.task')).toHaveLength(1);
     await queue.pauseSchedule('locked');
+  });
+});
+
+describe('a schedule whose firing fails', () => {
+  test('is skipped and reported, its next run advanced; the schedules locked with it still fire', async () => {
+    // Break: fire all rows without the savepoint (engine/scheduler.ts) and the healthy schedule
+    // never fires: the failing row rolls back the whole batch, at every step.
+    const queue = db.queue();
+    await db.sql(`
+      CREATE OR REPLACE FUNCTION public.skiplock_test_refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.task = 'poison.task' THEN
+          RAISE EXCEPTION 'refused by the test trigger';
+        END IF;
+        RETURN NEW;
+      END $$`);
+    await db.sql(`CREATE TRIGGER refuse_poison BEFORE INSERT ON ${db.jobs}
+                  FOR EACH ROW EXECUTE FUNCTION public.skiplock_test_refuse_poison()`);
+    try {
+      await queue.schedule('a-poison', { cron: '* * * * * *', task: 'poison.task' });
+      await queue.schedule('b-healthy', { cron: '* * * * * *', task: 'healthy.task' });
+      await makeDue('a-poison', 1_500);
+      await makeDue('b-healthy', 1_500);
+      const worker = idleWorker();
+      const errors: string[] = [];
+      worker.on('error', ({ during }) => errors.push(during));
+      await worker.tick.schedule();
+      expect(await jobsOf('healthy.task')).toHaveLength(1);
+      expect(await jobsOf('poison.task')).toHaveLength(0);
+      expect(errors).toEqual(['firing schedule "a-poison" (its due ticks were skipped)']);
+      const poison = (await queue.schedules()).find((s) => s.name === 'a-poison');
+      expect(poison?.nextRunAt.getTime()).toBeGreaterThan(Date.now() - 1_000); // advanced, not stuck
+      expect(poison?.lastRunAt).toBeNull();
+    } finally {
+      await db.sql(`DROP TRIGGER refuse_poison ON ${db.jobs}`);
+      await db.sql('DROP FUNCTION public.skiplock_test_refuse_poison()');
+      await queue.pauseSchedule('a-poison');
+      await queue.pauseSchedule('b-healthy');
+    }
   });
 });
 

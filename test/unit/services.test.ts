@@ -361,14 +361,20 @@ describe('Scheduler: tick() and its sleep', () => {
 
   test('fires batches until one is not full, reports each, then sleeps until the next due schedule', async () => {
     const batches = [
-      { fired: [tick('a', '2026-01-01T00:00:00Z')], skipped: [], more: true },
-      { fired: [], skipped: [{ name: 'b', tick: new Date(0), reason: 'overlap' as const }], more: false },
+      { fired: [tick('a', '2026-01-01T00:00:00Z')], skipped: [], failed: [], more: true, locked: 20 },
+      {
+        fired: [],
+        skipped: [{ name: 'b', tick: new Date(0), reason: 'overlap' as const }],
+        failed: [],
+        more: false,
+        locked: 1,
+      },
     ];
     const reported: string[] = [];
     const scheduler = new ProbeScheduler(
       { onError: noError },
       {
-        fire: async () => batches.shift() ?? { fired: [], skipped: [], more: false },
+        fire: async () => batches.shift() ?? { fired: [], skipped: [], failed: [], more: false, locked: 0 },
         nextDueInMs: async () => 1_234,
         onFired: (fired, skipped) =>
           reported.push(...fired.map((f) => f.name), ...skipped.map((k) => `${k.name}:${k.reason}`)),
@@ -389,7 +395,7 @@ describe('Scheduler: tick() and its sleep', () => {
       {
         fire: async () => {
           if (fail) throw new Error('database away');
-          return { fired: [], skipped: [], more: false };
+          return { fired: [], skipped: [], failed: [], more: false, locked: 0 };
         },
         nextDueInMs: async () => due,
         onFired: () => undefined,
@@ -406,6 +412,46 @@ describe('Scheduler: tick() and its sleep', () => {
     expect(errors).toEqual(['firing due schedules']);
   });
 
+  test('due schedules it cannot lock (another worker firing them): it backs off instead of spinning', async () => {
+    const scheduler = new ProbeScheduler(
+      { onError: noError },
+      {
+        fire: async () => ({ fired: [], skipped: [], failed: [], more: false, locked: 0 }),
+        nextDueInMs: async () => 0, // due now, but every row locked elsewhere
+        onFired: () => undefined,
+      },
+    );
+    const sleeps: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      await scheduler.tick();
+      sleeps.push(scheduler.sleep());
+    }
+    expect(sleeps).toEqual([100, 200, 400, 800, 1_000, 1_000]);
+  });
+
+  test('a schedule whose firing failed is reported by name; the others are not held back', async () => {
+    const errors: string[] = [];
+    const reported: string[] = [];
+    const scheduler = new ProbeScheduler(
+      { onError: (_e, during) => errors.push(during) },
+      {
+        fire: async () => ({
+          fired: [tick('ok', '2026-01-01T00:00:00Z')],
+          skipped: [],
+          failed: [{ name: 'poison', error: new Error('index row size exceeds maximum') }],
+          more: false,
+          locked: 2,
+        }),
+        nextDueInMs: async () => 500,
+        onFired: (fired) => reported.push(...fired.map((f) => f.name)),
+      },
+    );
+    await scheduler.tick();
+    expect(reported).toEqual(['ok']);
+    expect(errors).toEqual(['firing schedule "poison" (its due ticks were skipped)']);
+    expect(scheduler.sleep()).toBe(502);
+  });
+
   test('wake() during a step runs another step right after it; after stop() it does nothing', async () => {
     let steps = 0;
     let release!: () => void;
@@ -415,7 +461,7 @@ describe('Scheduler: tick() and its sleep', () => {
         fire: async () => {
           steps++;
           if (steps === 1) await new Promise<void>((resolve) => (release = resolve));
-          return { fired: [], skipped: [], more: false };
+          return { fired: [], skipped: [], failed: [], more: false, locked: 0 };
         },
         nextDueInMs: async () => null, // asleep for a minute unless woken
         onFired: () => undefined,

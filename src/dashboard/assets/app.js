@@ -118,22 +118,39 @@ function renderOps(ops) {
   }
 }
 
-function renderQueues(counts) {
+function limitsText(q) {
+  const parts = [];
+  if (q.concurrency !== null) parts.push(`≤ ${number(q.concurrency)} at once`);
+  if (q.rateLimit !== null)
+    parts.push(`${number(q.rateLimit.limit)} per ${seconds(q.rateLimit.periodMs / 1000)}`);
+  return parts.length ? parts.join(', ') : '—';
+}
+
+function renderQueues({ queues }) {
   const body = $('queues');
-  // Queue names are data: read as entries, never used to index an object (a queue may be
-  // called `__proto__` or `constructor`), and shown as text nodes.
-  const entries = Object.entries(counts.queues).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-  const rows = entries.length
-    ? entries.map(([name, live]) =>
+  // Queue names are data: an array from the API, shown as text nodes (a queue may be called
+  // `__proto__` or `constructor`), passed to the API URL-encoded.
+  const rows = queues.length
+    ? queues.map((q) =>
         el(
           'tr',
-          {},
-          el('td', {}, name),
-          el('td', { class: 'num' }, number(live.pending)),
-          el('td', { class: 'num' }, number(live.running)),
+          { 'data-queue': q.name },
+          el('td', {}, q.name, q.paused ? el('span', { class: 'paused' }, ' paused') : ''),
+          el('td', { class: 'num' }, number(q.pending)),
+          el('td', { class: 'num' }, number(q.running)),
+          el('td', {}, limitsText(q)),
+          el(
+            'td',
+            {},
+            el(
+              'button',
+              { type: 'button', class: 'queue-toggle', 'data-name': q.name, 'data-paused': String(q.paused) },
+              q.paused ? 'Resume' : 'Pause',
+            ),
+          ),
         ),
       )
-    : [el('tr', {}, el('td', { colspan: '3', class: 'muted' }, 'No pending or running jobs.'))];
+    : [el('tr', {}, el('td', { colspan: '5', class: 'muted' }, 'No pending or running jobs.'))];
   const html = rows.map((row) => row.outerHTML).join('');
   if (body.dataset.html !== html) {
     body.replaceChildren(...rows);
@@ -176,6 +193,18 @@ function renderSchedules({ schedules }) {
   if (body.dataset.html !== html) {
     body.replaceChildren(...rows);
     body.dataset.html = html;
+  }
+}
+
+async function toggleQueue(button) {
+  const name = button.dataset.name;
+  const action = button.dataset.paused === 'true' ? 'resume' : 'pause';
+  try {
+    await api(`/queues/${encodeURIComponent(name)}/${action}`, { method: 'POST' });
+    setText($('queue-message'), `${action === 'pause' ? 'Paused' : 'Resumed'} queue ${name}.`);
+    await refresh();
+  } catch (error) {
+    setText($('queue-message'), error.message);
   }
 }
 
@@ -440,15 +469,15 @@ async function refresh() {
   if (state.busy) return;
   state.busy = true;
   try {
-    const [ops, counts, page, history, schedules] = await Promise.all([
+    const [ops, queues, page, history, schedules] = await Promise.all([
       api('/ops'),
-      api('/counts'),
+      api('/queues'),
       api(`/jobs${jobQuery()}`),
       api('/history'),
       api('/schedules'),
     ]);
     renderOps(ops);
-    renderQueues(counts);
+    renderQueues(queues);
     renderSchedules(schedules);
     renderJobs(page);
     renderDepth(history.depth);
@@ -511,6 +540,10 @@ $('page-newest').addEventListener('click', () => {
   state.after = '';
   state.pages = [];
   void refresh();
+});
+$('queues').addEventListener('click', (event) => {
+  const button = event.target.closest('.queue-toggle');
+  if (button) void toggleQueue(button);
 });
 $('schedules').addEventListener('click', (event) => {
   const button = event.target.closest('.schedule-toggle');

@@ -1,0 +1,120 @@
+/**
+ * The queue commands (SPEC §8): `skiplock queues`, `pause QUEUE`, `resume QUEUE`, and
+ * `configure-queue QUEUE` for the global limits.
+ */
+import { type Command, InvalidArgumentError } from 'commander';
+import { formatDuration } from '../core/duration.js';
+import type { QueueConfigOptions, QueueInfo } from '../types.js';
+import { print, withQueue } from './context.js';
+import { style, table } from './format.js';
+import { duration } from './parse.js';
+
+/** What `none` parses to (commander turns an option parser's null into ''). */
+const NONE = 'none';
+
+interface ConfigureFlags {
+  concurrency?: number | typeof NONE;
+  rateLimit?: { limit: number; periodMs: number } | typeof NONE;
+}
+
+export function registerQueues(program: Command): void {
+  program
+    .command('queues')
+    .description('list queues: pause state, limits, pending and running jobs')
+    .addHelpText('after', '\nExamples:\n  $ skiplock queues\n  $ skiplock queues --json')
+    .action(async (_flags: unknown, command: Command) => {
+      await withQueue(command, async (queue, options) => {
+        const queues = await queue.queues();
+        print(options, queues, render(queues));
+      });
+    });
+
+  for (const [verb, paused] of [
+    ['pause', true],
+    ['resume', false],
+  ] as const) {
+    program
+      .command(verb)
+      .description(
+        paused
+          ? 'stop starting jobs of a queue (running ones finish) until it is resumed'
+          : 'start jobs of a paused queue again (workers claim them at once)',
+      )
+      .argument('<queue>', 'queue name')
+      .addHelpText('after', `\nExamples:\n  $ skiplock ${verb} emails`)
+      .action(async (name: string, _flags: unknown, command: Command) => {
+        await withQueue(command, async (queue, options) => {
+          if (paused) await queue.pauseQueue(name);
+          else await queue.resumeQueue(name);
+          print(options, { name, paused }, `${paused ? 'Paused' : 'Resumed'} queue ${name}.`);
+        });
+      });
+  }
+
+  program
+    .command('configure-queue')
+    .description('set or clear the global limits of a queue (across every worker)')
+    .argument('<queue>', 'queue name')
+    .option('--concurrency <n|none>', 'most jobs of the queue running at once', limitOrNone)
+    .option('--rate-limit <n/duration|none>', 'most starts per period, e.g. 50/1s or 1000/1h', rateOrNone)
+    .addHelpText(
+      'after',
+      `
+Examples:
+  $ skiplock configure-queue webhooks --concurrency 5
+  $ skiplock configure-queue emails --rate-limit 50/1s
+  $ skiplock configure-queue emails --concurrency none --rate-limit none`,
+    )
+    .action(async (name: string, flags: ConfigureFlags, command: Command) => {
+      const change: QueueConfigOptions = {
+        ...(flags.concurrency === undefined
+          ? {}
+          : { concurrency: flags.concurrency === NONE ? null : flags.concurrency }),
+        ...(flags.rateLimit === undefined
+          ? {}
+          : { rateLimit: flags.rateLimit === NONE ? null : flags.rateLimit }),
+      };
+      await withQueue(command, async (queue, options) => {
+        const config = await queue.configureQueue(name, change);
+        print(options, config, `Queue ${name}: ${limits(config)}.`);
+      });
+    });
+}
+
+function limitOrNone(value: string): number | typeof NONE {
+  if (value === NONE) return NONE;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer or none');
+  return n;
+}
+
+function rateOrNone(value: string): { limit: number; periodMs: number } | typeof NONE {
+  if (value === NONE) return NONE;
+  const match = /^(\d+)\/(.+)$/.exec(value);
+  if (!match) throw new InvalidArgumentError('must be N/DURATION such as 50/1s, or none');
+  return { limit: limitOrNone(match[1] as string) as number, periodMs: duration(match[2] as string) };
+}
+
+function limits(q: Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit'>): string {
+  const parts = [
+    q.paused ? 'paused' : 'active',
+    q.concurrency === null ? null : `concurrency ${q.concurrency}`,
+    q.rateLimit === null ? null : `${q.rateLimit.limit} per ${formatDuration(q.rateLimit.periodMs)}`,
+  ];
+  return parts.filter((part) => part !== null).join(', ');
+}
+
+function render(queues: QueueInfo[]): string {
+  if (queues.length === 0) return 'No queues: none is configured and none has pending or running jobs.';
+  return table(
+    ['QUEUE', 'STATE', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT'],
+    queues.map((q) => [
+      q.name,
+      q.paused ? style.yellow('paused') : 'active',
+      String(q.pending),
+      String(q.running),
+      q.concurrency === null ? '–' : String(q.concurrency),
+      q.rateLimit === null ? '–' : `${q.rateLimit.limit} per ${formatDuration(q.rateLimit.periodMs)}`,
+    ]),
+  );
+}

@@ -1,0 +1,244 @@
+/**
+ * Queues (SPEC §8): pause and global limits. The plain claim leaves out every paused or limited
+ * queue (in the statement, so a pause holds for every claim that begins after it committed);
+ * a limited queue is claimed by the limited claim, one claimer per queue at a time under an
+ * advisory lock, each claim taking a new snapshot after the lock so that it sees every claim
+ * before it: its concurrency and rate limit are never exceeded, however many workers race.
+ */
+import { inTransaction } from '../db/executor.js';
+import type { QueueChange, QueueRow } from '../store/queues.js';
+import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
+import type { Engine } from './engine.js';
+
+/** The NOTIFY payload that makes running workers re-read the queues' settings and claim. */
+export const QUEUE_HINT = 'queues';
+/** The NOTIFY payload of a job of a limited queue that finished: room for another one. */
+export const ROOM_HINT = 'queues:room';
+/** A limited queue whose claim lock another worker holds: look again after this long. */
+const LOCK_BUSY_RETRY_MS = 50;
+/** A limited claim that failed: look again after this long. */
+const ERROR_RETRY_MS = 1_000;
+/** How long a worker trusts its list of limited queues (a hint refreshes it at once). */
+const LIMITED_TTL_MS = 1_000;
+
+export function toQueueConfig(row: QueueRow): QueueConfig {
+  return {
+    name: row.name,
+    paused: row.paused,
+    concurrency: row.concurrency,
+    rateLimit:
+      row.rate_limit === null || row.rate_period_ms === null
+        ? null
+        : { limit: row.rate_limit, periodMs: row.rate_period_ms },
+    groupConcurrency: null,
+    groupRateLimit: null,
+  };
+}
+
+export async function configureQueue(
+  engine: Engine,
+  name: string,
+  change: QueueChange,
+): Promise<QueueConfig> {
+  const row = await engine.store.queues.configure(engine.pool, name, change);
+  engine.limits.invalidate();
+  // A resumed queue or a changed limit: running workers re-read the settings and claim.
+  try {
+    await engine.store.observe.notify(engine.pool, QUEUE_HINT);
+  } catch (error) {
+    engine.settings.logger?.warn?.(
+      { err: error, schema: engine.schema },
+      'skiplock: sending the queue hint failed',
+    );
+  }
+  return toQueueConfig(row);
+}
+
+/** Every configured queue and every queue with live jobs, by name, with live counts. */
+export async function listQueues(engine: Engine): Promise<QueueInfo[]> {
+  const [rows, live] = await engine.read((db) =>
+    Promise.all([engine.store.queues.list(db), engine.store.observe.liveByQueue(db)]),
+  );
+  const byName = new Map<string, QueueInfo>();
+  const entry = (name: string): QueueInfo => {
+    let info = byName.get(name);
+    if (!info) {
+      info = {
+        ...toQueueConfig({ name, paused: false, concurrency: null, rate_limit: null, rate_period_ms: null }),
+        pending: 0,
+        running: 0,
+      };
+      byName.set(name, info);
+    }
+    return info;
+  };
+  for (const row of rows) Object.assign(entry(row.name), toQueueConfig(row));
+  for (const { queue, status, count } of live) entry(queue)[status] = count;
+  return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/** The queues with a limit and not paused, as a worker last read them (at most a second old). */
+export class LimitedQueues {
+  private rows: QueueRow[] = [];
+  private readAt = Number.NEGATIVE_INFINITY;
+  private reading: Promise<QueueRow[]> | null = null;
+  /** Bumped by invalidate(): a read that began before it does not count as fresh. */
+  private generation = 0;
+  private hinting: Promise<void> | null = null;
+  private hintAgain = false;
+
+  constructor(private readonly engine: Engine) {}
+
+  invalidate(): void {
+    this.readAt = Number.NEGATIVE_INFINITY;
+    this.generation++;
+  }
+
+  /** Whether `queue` had a limit when last read (a finished job there frees room for a claim). */
+  has(queue: string): boolean {
+    return this.rows.some((row) => row.name === queue);
+  }
+
+  async current(): Promise<QueueRow[]> {
+    if (performance.now() - this.readAt < LIMITED_TTL_MS) return this.rows;
+    const generation = this.generation;
+    this.reading ??= this.engine.store.queues
+      .restricted(this.engine.pool)
+      .then((rows) => {
+        this.rows = rows.filter((row) => !row.paused);
+        if (generation === this.generation) this.readAt = performance.now();
+        return this.rows;
+      })
+      .finally(() => {
+        this.reading = null;
+      });
+    return this.reading;
+  }
+
+  /**
+   * A job of a limited queue left `running`: tell every worker (one NOTIFY in flight at a time,
+   * the rest coalesced), so that one waiting for room claims now rather than at its poll.
+   */
+  roomFreed(): void {
+    if (this.hinting !== null) {
+      this.hintAgain = true;
+      return;
+    }
+    const { engine } = this;
+    if (engine.isClosed) return;
+    this.hinting = engine.store.observe
+      .notify(engine.pool, ROOM_HINT)
+      .catch((error: unknown) => {
+        engine.settings.logger?.warn?.(
+          { err: error, schema: engine.schema },
+          'skiplock: sending the room hint failed',
+        );
+      })
+      .finally(() => {
+        this.hinting = null;
+        if (this.hintAgain) {
+          this.hintAgain = false;
+          this.roomFreed();
+        }
+      });
+  }
+}
+
+export interface WorkerClaim {
+  workerId: string;
+  /** Jobs the claim may take in all (slots and prefetch). */
+  limit: number;
+  /** Jobs of limited queues it may take: slots without a handler, at least one (they go first). */
+  idle: number;
+  leaseMs: number;
+  tasks: string[] | null;
+  queues: string[] | null;
+  /** A limited queue's claim failed: reported, and the other queues' jobs are still taken. */
+  onError(error: unknown, during: string): void;
+}
+
+/**
+ * A worker's claim pass: each limited queue it serves first, for the slots idle now (their limits
+ * cap them, and a limited queue must not wait behind an unlimited backlog), then the plain claim
+ * for the rest. Jobs once claimed are the worker's whatever happens next: a failed claim after
+ * one that took jobs is reported, never thrown (those jobs would be lost until their leases
+ * expired). `waitMs`: when to look again — a full rate window reopens, another worker held a
+ * queue's claim lock, or a limited claim failed. `unserved`: a limited queue was left out for
+ * want of an idle slot or by an error: the worker should claim again when a slot frees.
+ */
+export async function claimWithLimits(
+  engine: Engine,
+  claim: WorkerClaim,
+): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; unserved: boolean }> {
+  const jobs: ClaimedJob[] = [];
+  let waitMs: number | null = null;
+  let unserved = false;
+  const later = (ms: number) => {
+    waitMs = waitMs === null ? ms : Math.min(waitMs, ms);
+  };
+  let limited: QueueRow[] = [];
+  try {
+    limited = (await engine.limits.current()).filter(
+      (queue) => claim.queues === null || claim.queues.includes(queue.name),
+    );
+  } catch (error) {
+    claim.onError(error, 'reading the limited queues');
+    unserved = true;
+    later(ERROR_RETRY_MS);
+  }
+  let idle = Math.min(claim.idle, claim.limit);
+  for (const queue of limited) {
+    if (idle <= 0) {
+      unserved = true;
+      break;
+    }
+    try {
+      const got = await claimLimited(engine, claim, queue.name, idle);
+      jobs.push(...got.jobs);
+      idle -= got.jobs.length;
+      if (got.waitMs !== null) later(got.waitMs);
+    } catch (error) {
+      claim.onError(error, `claiming jobs of the limited queue ${JSON.stringify(queue.name)}`);
+      unserved = true;
+      later(ERROR_RETRY_MS);
+    }
+  }
+  const rest = claim.limit - jobs.length;
+  if (rest > 0) {
+    try {
+      jobs.push(...(await engine.claim(claim.workerId, rest, claim.leaseMs, claim.tasks, claim.queues)));
+    } catch (error) {
+      if (jobs.length === 0) throw error; // nothing claimed: the claim loop retries with backoff
+      claim.onError(error, 'claiming jobs');
+      later(ERROR_RETRY_MS);
+    }
+  }
+  return { jobs, waitMs, unserved };
+}
+
+/**
+ * One limited claim: try the queue's lock (another worker holding it: look again shortly),
+ * claim what its limits allow, and say when a full rate window reopens.
+ */
+export async function claimLimited(
+  engine: Engine,
+  claim: WorkerClaim,
+  queue: string,
+  limit: number,
+): Promise<{ jobs: ClaimedJob[]; waitMs: number | null }> {
+  engine.assertOpen();
+  const { store } = engine;
+  return inTransaction(engine.pool, async (tx) => {
+    if (!(await store.queues.tryLock(tx, queue))) return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS };
+    const jobs = await store.queues.claimLimited(
+      tx,
+      claim.workerId,
+      queue,
+      limit,
+      claim.tasks,
+      claim.leaseMs,
+    );
+    const waitMs = jobs.length < limit ? await store.queues.rateWait(tx, queue) : null;
+    return { jobs, waitMs };
+  });
+}

@@ -1,0 +1,178 @@
+/**
+ * Queues (SPEC §8): their configuration (pause, global concurrency and rate limits), and the
+ * limited claim — the claim of a paused-or-limited queue's jobs, which the plain claim leaves
+ * out. Each statement is defined next to the method that binds its parameters; the quoted
+ * schema is spliced once, everything else is a parameter.
+ */
+import { type JobRow, toClaimedJob } from '../core/job-row.js';
+import type { Executor } from '../db/executor.js';
+import type { ClaimedJob } from '../types.js';
+import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS } from './fragments.js';
+import { StatementFamily } from './runner.js';
+
+/** A queue's stored configuration. */
+export interface QueueRow {
+  name: string;
+  paused: boolean;
+  concurrency: number | null;
+  rate_limit: number | null;
+  rate_period_ms: number | null;
+}
+
+/** A change of configuration: `undefined` leaves a setting as it is, `null` clears a limit. */
+export interface QueueChange {
+  paused?: boolean;
+  concurrency?: number | null;
+  rateLimit?: { limit: number; periodMs: number } | null;
+}
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function queueSql(s: string) {
+  const jobs = `${s}.jobs`;
+  const queues = `${s}.queues`;
+  const starts = `${s}.queue_starts`;
+  return {
+    /**
+     * §8 configureQueue: one upsert, each setting changed only when given ($2, $3/$4, $5/$6/$7
+     * flags say which), so concurrent changes of different settings both hold.
+     */
+    queueConfigure: `
+      INSERT INTO ${queues} AS q (name, paused, concurrency, rate_limit, rate_period_ms)
+      VALUES ($1, coalesce($2::boolean, false), CASE WHEN $3 THEN $4::int END,
+              CASE WHEN $5 THEN $6::int END, CASE WHEN $5 THEN $7::int END)
+      ON CONFLICT (name) DO UPDATE SET
+        paused = coalesce($2::boolean, q.paused),
+        concurrency = CASE WHEN $3 THEN $4::int ELSE q.concurrency END,
+        rate_limit = CASE WHEN $5 THEN $6::int ELSE q.rate_limit END,
+        rate_period_ms = CASE WHEN $5 THEN $7::int ELSE q.rate_period_ms END,
+        updated_at = now()
+      RETURNING name, paused, concurrency, rate_limit, rate_period_ms`,
+
+    queueList: `SELECT name, paused, concurrency, rate_limit, rate_period_ms FROM ${queues} ORDER BY name`,
+
+    /** The queues the plain claim leaves out: paused or limited (queues_restricted_idx). */
+    queueRestricted: `
+      SELECT name, paused, concurrency, rate_limit, rate_period_ms FROM ${queues}
+      WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL`,
+
+    /**
+     * §8 one limited claimer per queue at a time, until its transaction ends: the statements
+     * after it take a new snapshot, which sees every claim committed before it (exact limits).
+     * Tried, never waited for: a claimer that holds it and hangs (a paused process, a partition)
+     * must not stall the claims of every other worker.
+     */
+    queueLock: `SELECT pg_try_advisory_xact_lock(hashtext($1), hashtext($2)) AS locked`,
+
+    /**
+     * §1.1/§8 the limited claim, under queueLock: as many jobs as the queue's limits leave room
+     * for — its concurrency minus its running jobs (held ones included), its rate limit minus
+     * its starts within the period (clock_timestamp(): the lock may have been waited for) — in
+     * claim order, SKIP LOCKED; each start is logged and the log pruned to the period. A paused
+     * or unconfigured queue gets nothing here. §1.2 the outer WHERE re-checks the status; §1.3 a
+     * new claim token; §1.4 database time.
+     * $1 worker_id, $2 queue, $3 limit, $4 tasks (or null), $5 lease ms.
+     */
+    queueClaimLimited: `
+      WITH cfg AS MATERIALIZED (
+        SELECT concurrency, rate_limit, rate_period_ms, clock_timestamp() AS t
+        FROM ${queues} WHERE name = $2 AND NOT paused
+      ), room AS MATERIALIZED (
+        SELECT least(
+          $3::int,
+          coalesce(c.concurrency - (SELECT count(*) FROM ${jobs} AS r
+                                   WHERE r.status = 'running' AND r.queue = $2)::int, $3::int),
+          coalesce(c.rate_limit - (SELECT count(*) FROM ${starts} AS st
+                                   WHERE st.queue = $2
+                                     AND st.at > c.t - c.rate_period_ms * interval '1 millisecond')::int, $3::int)
+        ) AS n
+        FROM cfg AS c
+      ), picked AS MATERIALIZED (
+        SELECT p.id FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2) AS p(id)
+      ), claimed AS (
+        UPDATE ${jobs} SET
+          status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
+          attempted_by = ${APPEND_ATTEMPTED_BY},
+          lease_until = now() + $5::float8 * interval '1 millisecond',
+          run_started_at = (SELECT t FROM cfg), updated_at = now(), cancel_requested_at = NULL
+        WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
+        RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
+      ), logged AS (
+        INSERT INTO ${starts} (queue, at)
+        SELECT $2, c.t FROM claimed, cfg AS c WHERE c.rate_limit IS NOT NULL
+      ), pruned AS (
+        DELETE FROM ${starts} AS st USING cfg AS c
+        WHERE st.queue = $2 AND st.at <= c.t - coalesce(c.rate_period_ms, 0) * interval '1 millisecond'
+      )
+      SELECT ${JOB_COLUMN_NAMES} FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
+
+    /**
+     * §8 when a rate-limited queue full for its period has room again: ms until its oldest
+     * start in the window leaves it (null when it is not full, or not rate limited).
+     */
+    queueRateWait: `
+      SELECT (extract(epoch FROM min(st.at) + q.rate_period_ms * interval '1 millisecond' - clock_timestamp())
+              * 1000)::float8 AS ms
+      FROM ${queues} AS q JOIN ${starts} AS st ON st.queue = q.name
+      WHERE q.name = $1 AND q.rate_limit IS NOT NULL
+        AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond'
+      GROUP BY q.rate_limit, q.rate_period_ms
+      HAVING count(*) >= q.rate_limit`,
+  };
+}
+
+export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>> {
+  async configure(db: Executor, name: string, change: QueueChange): Promise<QueueRow> {
+    const rows = await this.run<QueueRow>(db, this.sql.queueConfigure, [
+      name,
+      change.paused ?? null,
+      change.concurrency !== undefined,
+      change.concurrency ?? null,
+      change.rateLimit !== undefined,
+      change.rateLimit?.limit ?? null,
+      change.rateLimit?.periodMs ?? null,
+    ]);
+    return rows[0] as QueueRow;
+  }
+
+  list(db: Executor): Promise<QueueRow[]> {
+    return this.run<QueueRow>(db, this.sql.queueList, []);
+  }
+
+  restricted(db: Executor): Promise<QueueRow[]> {
+    return this.run<QueueRow>(db, this.sql.queueRestricted, []);
+  }
+
+  /** Tries the queue's limited-claim lock for the rest of the transaction on `tx`; false if taken. */
+  async tryLock(tx: Executor, queue: string): Promise<boolean> {
+    const rows = await this.run<{ locked: boolean }>(tx, this.sql.queueLock, [
+      `skiplock-queue:${this.schema}`,
+      queue,
+    ]);
+    return rows[0]?.locked === true;
+  }
+
+  async claimLimited(
+    tx: Executor,
+    workerId: string,
+    queue: string,
+    limit: number,
+    tasks: string[] | null,
+    leaseMs: number,
+  ): Promise<ClaimedJob[]> {
+    const rows = await this.run<JobRow>(tx, this.sql.queueClaimLimited, [
+      workerId,
+      queue,
+      limit,
+      tasks,
+      leaseMs,
+    ]);
+    return rows.map(toClaimedJob);
+  }
+
+  /** Ms until a rate-limited queue that is full for its period has room; null if it has room. */
+  async rateWait(db: Executor, queue: string): Promise<number | null> {
+    const rows = await this.run<{ ms: number | null }>(db, this.sql.queueRateWait, [queue]);
+    const ms = rows[0]?.ms;
+    return ms === null || ms === undefined ? null : Math.max(0, Number(ms));
+  }
+}
