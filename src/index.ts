@@ -34,6 +34,7 @@ export {
   type CatchUp,
   type ClaimedJob,
   type ClaimOptions,
+  type DedupeOptions,
   type EnqueueCallOptions,
   type EnqueueOptions,
   type EnqueueResult,

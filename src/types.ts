@@ -73,6 +73,26 @@ export interface EnqueueOptions {
   delayMs?: number;
   /** Deadline of one attempt, in milliseconds (the worker aborts and fails it past this). */
   timeoutMs?: number | null;
+  /** How `dedupeKey` dedupes beyond "one active job per key" (SPEC §8). Needs `dedupeKey`. */
+  dedupe?: DedupeOptions;
+}
+
+/** Dedupe modes (SPEC §8), each enforced by the database. */
+export interface DedupeOptions {
+  /** 'active' (default): one pending or running job per key. ('pending' is not supported yet.) */
+  scope?: 'active' | 'pending';
+  /**
+   * Throttle: the key stays taken this long after its holder was created, finished or not; an
+   * enqueue meanwhile returns the holder (`created: false`).
+   */
+  windowMs?: number;
+  /**
+   * Debounce: a hit on a *pending* holder replaces its payload, priority and run time
+   * (`replaced: true`); a running holder is never changed.
+   */
+  replace?: boolean;
+  /** With `replace`: a holder's run time is never pushed past its createdAt + maxWaitMs. */
+  maxWaitMs?: number;
 }
 
 /** Anything with pg's `query(text, values)`: a `pg.Client`, `pg.PoolClient` or `pg.Pool`. */
@@ -99,6 +119,8 @@ export interface JobSpec extends EnqueueOptions {
 export interface EnqueueResult {
   id: string;
   created: boolean;
+  /** `dedupe.replace`: the pending holder took this call's payload, priority and run time. */
+  replaced?: boolean;
 }
 
 /** Options of `claim`. */

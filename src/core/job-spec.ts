@@ -30,9 +30,20 @@ export interface NewJob {
   /** Start relative to the database's now(), or null (then: now). */
   delayMs: number | null;
   timeoutMs: number | null;
+  /** A dedupe mode beyond "one active job per key" (§8), or null. */
+  dedupe: { windowMs: number | null; replace: boolean; maxWaitMs: number | null } | null;
 }
 
-const OPTION_KEYS = ['queue', 'priority', 'dedupeKey', 'maxAttempts', 'runAt', 'delayMs', 'timeoutMs'];
+const OPTION_KEYS = [
+  'queue',
+  'priority',
+  'dedupeKey',
+  'maxAttempts',
+  'runAt',
+  'delayMs',
+  'timeoutMs',
+  'dedupe',
+];
 const ENQUEUE_KEYS = [...OPTION_KEYS, 'client'];
 const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
 
@@ -65,7 +76,48 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
       options.timeoutMs === undefined || options.timeoutMs === null
         ? null
         : requireInt(options.timeoutMs, at('timeoutMs'), 1),
+    dedupe: dedupeMode(options, at),
   };
+}
+
+/** `dedupe: { scope, windowMs, replace, maxWaitMs }` (§8), checked; null for the plain mode. */
+function dedupeMode(options: EnqueueOptions, at: (field: string) => string): NewJob['dedupe'] {
+  if (options.dedupe === undefined) return null;
+  const mode = optionsObject(options.dedupe, at('dedupe'));
+  rejectUnknownKeys(mode, ['scope', 'windowMs', 'replace', 'maxWaitMs'], at('dedupe'));
+  if (options.dedupeKey === undefined || options.dedupeKey === null) {
+    throw new ValidationError(at('dedupe'), 'needs a dedupeKey: it says how that key dedupes');
+  }
+  if (mode.scope !== undefined && mode.scope !== 'active') {
+    if (mode.scope === 'pending') {
+      throw new ValidationError(
+        at('dedupe.scope'),
+        "'pending' is not supported yet; leave scope out ('active')",
+      );
+    }
+    throw new ValidationError(at('dedupe.scope'), `must be 'active', got ${JSON.stringify(mode.scope)}`);
+  }
+  if (mode.replace !== undefined && typeof mode.replace !== 'boolean') {
+    throw new ValidationError(
+      at('dedupe.replace'),
+      `must be true or false, got ${JSON.stringify(mode.replace)}`,
+    );
+  }
+  const windowMs = mode.windowMs === undefined ? null : requireInt(mode.windowMs, at('dedupe.windowMs'), 1);
+  const maxWaitMs =
+    mode.maxWaitMs === undefined ? null : requireInt(mode.maxWaitMs, at('dedupe.maxWaitMs'), 1);
+  const replace = mode.replace === true;
+  if (replace && windowMs !== null) {
+    throw new ValidationError(
+      at('dedupe.windowMs'),
+      'cannot be combined with replace: throttle or debounce, not both',
+    );
+  }
+  if (maxWaitMs !== null && !replace) {
+    throw new ValidationError(at('dedupe.maxWaitMs'), 'only applies with replace: true (debounce)');
+  }
+  if (windowMs === null && !replace) return null; // scope 'active' alone: the plain mode
+  return { windowMs, replace, maxWaitMs };
 }
 
 /** Validates `enqueue(task, payload, options)`'s options object. */

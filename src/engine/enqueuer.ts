@@ -25,8 +25,12 @@ export class Enqueuer {
     this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), tuning) : null;
   }
 
-  /** One job; through the automatic batch unless it joins the caller's transaction (`db`). */
+  /**
+   * One job; through the automatic batch unless it joins the caller's transaction (`db`) or
+   * has a dedupe mode (§8: one statement or transaction of its own).
+   */
   enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
+    if (job.dedupe !== null) return this.insertWithMode(db, job);
     if (db === undefined && this.batcher) return this.batcher.add(job);
     return this.insertOne(db ?? this.engine.pool, job);
   }
@@ -37,6 +41,15 @@ export class Enqueuer {
    * follow): all rows or none.
    */
   async enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+    if (jobs.some((job) => job.dedupe !== null)) {
+      // §8 dedupe modes decide job by job: in input order, all in one transaction.
+      const one = async (tx: Executor) => {
+        const results: EnqueueResult[] = [];
+        for (const job of jobs) results.push(await this.insertWithMode(tx, job));
+        return results;
+      };
+      return db === undefined ? inTransaction(this.engine.pool, one) : one(db);
+    }
     if (db !== undefined) return settledOrThrow(await this.insertBatch(db, jobs, true));
     const { pool } = this.engine;
     if (jobs.every((job) => job.dedupeKey === null)) {
@@ -63,6 +76,55 @@ export class Enqueuer {
       if (holder !== undefined) return { id: holder, created: false };
     }
     throw dedupeRace(job.dedupeKey);
+  }
+
+  /**
+   * A job with a dedupe mode (§8), on `db` (the caller's transaction) or in a transaction of
+   * its own: throttle (`windowMs`) or debounce (`replace`, `maxWaitMs`); else the plain insert.
+   */
+  private async insertWithMode(db: Executor | undefined, job: NewJob): Promise<EnqueueResult> {
+    const mode = job.dedupe;
+    if (mode?.replace) return this.insertDebounced(db ?? this.engine.pool, job);
+    if (mode?.windowMs != null) {
+      const windowMs = mode.windowMs;
+      const throttle = (tx: Executor) => this.insertThrottled(tx, job, windowMs);
+      return db === undefined ? inTransaction(this.engine.pool, throttle) : throttle(db);
+    }
+    return this.insertOne(db ?? this.engine.pool, job);
+  }
+
+  /**
+   * Debounce (§8): one statement inserts the job or replaces a pending holder's payload,
+   * priority and run time. A running holder is left alone (`replaced: false`); one that finished
+   * between the statement and the lookup means trying again.
+   */
+  private async insertDebounced(db: Executor, job: NewJob): Promise<EnqueueResult> {
+    const { store } = this.engine;
+    const key = job.dedupeKey as string;
+    for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
+      const row = await store.enqueue.insertDebounced(db, job);
+      if (row !== null)
+        return row.created ? { id: row.id, created: true } : { id: row.id, created: false, replaced: true };
+      const holder = (await store.enqueue.activeIdsByKey(db, [key])).get(key);
+      if (holder !== undefined) return { id: holder, created: false, replaced: false };
+    }
+    throw dedupeRace(key);
+  }
+
+  /**
+   * Throttle (§8), inside a transaction: the key's window row is locked first, so throttled
+   * enqueues of one key decide one at a time. While the window holds, its holder is the answer
+   * (finished or not); else the job is inserted (an active holder still wins, §1.7) and, when it
+   * was, the window restarts from now.
+   */
+  private async insertThrottled(tx: Executor, job: NewJob, windowMs: number): Promise<EnqueueResult> {
+    const { store } = this.engine;
+    const key = job.dedupeKey as string;
+    const window = await store.enqueue.windowLock(tx, key);
+    if (window.taken) return { id: window.jobId, created: false };
+    const result = await this.insertOne(tx, job);
+    if (result.created) await store.enqueue.windowTake(tx, key, windowMs, result.id);
+    return result;
   }
 
   /**

@@ -8,6 +8,7 @@ import { counters } from './004-counters.js';
 import { pickFunction } from './005-pick-function.js';
 import { schedules } from './006-schedules.js';
 import { queues } from './007-queues.js';
+import { dedupeWindows } from './008-dedupe-windows.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -19,6 +20,7 @@ export const MIGRATIONS: readonly Migration[] = [
   pickFunction,
   schedules,
   queues,
+  dedupeWindows,
 ];
 
 /** The schema version this package needs. */

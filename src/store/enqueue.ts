@@ -57,6 +57,44 @@ export function enqueueSql(s: string) {
       FROM input LEFT JOIN ins ON ins.id = input.id
       ORDER BY input.ord`,
 
+    /**
+     * §1.7/§8 debounce (`dedupe.replace`): one INSERT whose conflict with a *pending* holder
+     * replaces that holder's payload, priority and run time in the same statement (the row lock
+     * of ON CONFLICT: a claim racing it either took the job first — then it is running and the
+     * WHERE leaves it alone — or skips it until this commits). `created` tells an insert from a
+     * replacement; no row: the holder is running. A run time is never past created_at + $10 ms
+     * (maxWaitMs; the holder's created_at on a replacement). §1.9 NOTIFY when a row changed.
+     * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel.
+     */
+    insertDebounced: `
+      WITH ins AS (
+        INSERT INTO ${jobs} AS j (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6,
+                least(${RUN_AFTER('$7', '$8')}, now() + $10::float8 * interval '1 millisecond'), $9)
+        ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND ${ACTIVE}
+        DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
+          run_after = least(${RUN_AFTER('$7', '$8')}, j.created_at + $10::float8 * interval '1 millisecond'),
+          updated_at = now()
+        WHERE j.status = 'pending'
+        RETURNING j.id, (j.xmax = 0) AS created
+      )
+      SELECT id::text AS id, created, pg_notify($11, 'jobs') FROM ins`,
+
+    /**
+     * §8 throttle (`dedupe.windowMs`): takes the key's window row (created on first use) and
+     * its lock until the transaction ends, so throttled enqueues of one key decide one at a
+     * time; returns whether the window still holds (database time) and its holder.
+     */
+    windowLock: `
+      INSERT INTO ${s}.dedupe_windows AS w (key, until, job_id) VALUES ($1, '-infinity', 0)
+      ON CONFLICT (key) DO UPDATE SET key = w.key
+      RETURNING (w.until > now()) AS taken, w.job_id::text AS job_id`,
+
+    /** §8 a new holder of a throttled key: its window runs $2 ms from now. */
+    windowTake: `
+      UPDATE ${s}.dedupe_windows SET until = now() + $2::float8 * interval '1 millisecond', job_id = $3::bigint
+      WHERE key = $1`,
+
     /** §1.7 the active holders of some dedupe keys (after an insert met a conflict). */
     activeIdsByKey: `
       SELECT id::text AS id, dedupe_key FROM ${jobs}
@@ -105,6 +143,38 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       notify ? this.channel : null,
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
+  }
+
+  /**
+   * Debounce: inserts the job, or replaces a pending holder's payload, priority and run time.
+   * `null`: the holder is running (not replaced).
+   */
+  async insertDebounced(db: Executor, job: NewJob): Promise<{ id: string; created: boolean } | null> {
+    const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertDebounced, [
+      job.queue,
+      job.task,
+      job.payloadJson,
+      job.priority,
+      job.dedupeKey,
+      job.maxAttempts,
+      job.runAt?.toISOString() ?? null,
+      job.delayMs,
+      job.timeoutMs,
+      job.dedupe?.maxWaitMs ?? null,
+      this.channel,
+    ]);
+    const row = rows[0];
+    return row ? { id: String(row.id), created: row.created } : null;
+  }
+
+  /** Throttle: locks the key's window until the transaction ends; whether it holds, and its holder. */
+  async windowLock(tx: Executor, key: string): Promise<{ taken: boolean; jobId: string }> {
+    const rows = await this.run<{ taken: boolean; job_id: string }>(tx, this.sql.windowLock, [key]);
+    return { taken: rows[0]?.taken === true, jobId: String(rows[0]?.job_id) };
+  }
+
+  async windowTake(tx: Executor, key: string, windowMs: number, jobId: string): Promise<void> {
+    await this.run(tx, this.sql.windowTake, [key, windowMs, jobId]);
   }
 
   /** The ids of the active jobs holding these dedupe keys, by key. */

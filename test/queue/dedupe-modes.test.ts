@@ -1,0 +1,194 @@
+/**
+ * SPEC §8 dedupe modes, each enforced by the database and tried with 40 concurrent enqueues
+ * from four queues (own pools): throttle (`windowMs`: the key stays taken after its holder
+ * finished, until the window ends) and debounce (`replace`: a pending holder takes the latest
+ * payload, priority and run time; a running one never changes; `maxWaitMs` caps how far its run
+ * time moves, in database time). Validation refuses what the modes cannot mean.
+ *
+ * Breaks seen failing: the debounce's `WHERE j.status = 'pending'` removed (a running holder's
+ * payload was replaced under its handler: `replaced: true`); the `least(… created_at +
+ * maxWaitMs)` cap removed (the run time moved 1,070 ms past createdAt). The throttle's
+ * window-row lock guards a race these tests cannot time: two enqueues that both find the window
+ * over, where the first one's new job finishes before the second inserts (the active index,
+ * §1.7, covers every other interleaving); without the window itself (windowTake a no-op) the
+ * "during" phase fails at once.
+ */
+import { beforeAll, describe, expect, test } from 'vitest';
+import { ValidationError } from '../../src/errors.js';
+import type { Queue } from '../../src/queue.js';
+import { useTestDatabase } from '../support/database.js';
+
+const db = useTestDatabase();
+let queues: Queue[];
+beforeAll(() => {
+  queues = Array.from({ length: 4 }, () => db.queue({ poolSize: 10 }));
+});
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function rowsWithKey(key: string) {
+  return db.sql<{
+    id: string;
+    status: string;
+    payload: unknown;
+    priority: number;
+    run_ms: number;
+    created_ms: number;
+  }>(
+    `SELECT id::text, status, payload, priority,
+            extract(epoch FROM run_after) * 1000 AS run_ms, extract(epoch FROM created_at) * 1000 AS created_ms
+     FROM ${db.jobs} WHERE dedupe_key = $1 ORDER BY id`,
+    [key],
+  );
+}
+
+describe('throttle: dedupe.windowMs', () => {
+  test('40 racing enqueues: one job; the key stays taken after it finished, until the window ends', async () => {
+    const key = 'throttle:1';
+    const enqueue = (i: number) =>
+      (queues[i % 4] as Queue).enqueue('dm.throttle', { i }, { dedupeKey: key, dedupe: { windowMs: 1_500 } });
+    const first = await Promise.all(Array.from({ length: 40 }, (_, i) => enqueue(i)));
+    const created = first.filter((r) => r.created);
+    expect(created).toHaveLength(1);
+    expect(new Set(first.map((r) => r.id))).toEqual(new Set([created[0]?.id]));
+
+    // The holder finishes; the window still holds the key.
+    const [job] = await db.queue().claim('w', { tasks: ['dm.throttle'] });
+    await db.queue().complete(job as never, null);
+    const during = await Promise.all(Array.from({ length: 40 }, (_, i) => enqueue(i)));
+    expect(during.every((r) => !r.created && r.id === created[0]?.id)).toBe(true);
+    expect(await rowsWithKey(key)).toHaveLength(1);
+
+    // After the window: exactly one new holder, whatever the race.
+    await sleep(1_600);
+    const after = await Promise.all(Array.from({ length: 40 }, (_, i) => enqueue(i)));
+    expect(after.filter((r) => r.created)).toHaveLength(1);
+    expect(await rowsWithKey(key)).toHaveLength(2);
+  });
+
+  test('an active holder older than the window still holds the key (§1.7)', async () => {
+    const queue = db.queue();
+    const key = 'throttle:2';
+    const a = await queue.enqueue('dm.throttle2', null, { dedupeKey: key, dedupe: { windowMs: 100 } });
+    await sleep(200);
+    const b = await queue.enqueue('dm.throttle2', null, { dedupeKey: key, dedupe: { windowMs: 100 } });
+    expect(b).toEqual({ id: a.id, created: false });
+  });
+});
+
+describe('debounce: dedupe.replace', () => {
+  test('40 racing enqueues on a pending holder: one job, carrying one of the calls’ payloads', async () => {
+    const key = 'debounce:1';
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        (queues[i % 4] as Queue).enqueue(
+          'dm.debounce',
+          { i },
+          { dedupeKey: key, priority: i, delayMs: 60_000, dedupe: { replace: true } },
+        ),
+      ),
+    );
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+    expect(results.filter((r) => r.replaced)).toHaveLength(39);
+    const rows = await rowsWithKey(key);
+    expect(rows).toHaveLength(1);
+    const payload = rows[0]?.payload as { i: number };
+    expect(rows[0]?.priority).toBe(payload.i); // payload and priority from the same call
+  });
+
+  test('the latest call wins; a running holder is never replaced', async () => {
+    // Break: drop `WHERE j.status = 'pending'` from insertDebounced and the running job's
+    // payload is replaced under its handler.
+    const queue = db.queue();
+    const key = 'debounce:2';
+    await queue.enqueue('dm.debounce2', { v: 1 }, { dedupeKey: key, dedupe: { replace: true } });
+    const second = await queue.enqueue(
+      'dm.debounce2',
+      { v: 2 },
+      { dedupeKey: key, priority: 5, dedupe: { replace: true } },
+    );
+    expect(second).toMatchObject({ created: false, replaced: true });
+    expect((await rowsWithKey(key))[0]).toMatchObject({ payload: { v: 2 }, priority: 5 });
+
+    const [running] = await queue.claim('w', { tasks: ['dm.debounce2'] });
+    expect(running?.payload).toEqual({ v: 2 });
+    const third = await queue.enqueue(
+      'dm.debounce2',
+      { v: 3 },
+      { dedupeKey: key, dedupe: { replace: true } },
+    );
+    expect(third).toEqual({ id: running?.id, created: false, replaced: false });
+    expect((await queue.get(running?.id as string))?.payload).toEqual({ v: 2 });
+  });
+
+  test('maxWaitMs: repeated calls push the run time, never past createdAt + maxWaitMs (database time)', async () => {
+    const queue = db.queue();
+    const key = 'debounce:3';
+    const options = { dedupeKey: key, delayMs: 600, dedupe: { replace: true, maxWaitMs: 1_000 } };
+    await queue.enqueue('dm.debounce3', { n: 0 }, options);
+    for (let n = 1; n <= 8; n++) {
+      await sleep(150);
+      await queue.enqueue('dm.debounce3', { n }, options);
+      const [row] = await rowsWithKey(key);
+      expect((row?.run_ms as number) - (row?.created_ms as number)).toBeLessThanOrEqual(1_000 + 1);
+    }
+    const [row] = await rowsWithKey(key);
+    expect((row?.run_ms as number) - (row?.created_ms as number)).toBeGreaterThan(990); // capped, not just late
+    expect(row?.payload).toEqual({ n: 8 });
+    // A first call whose delay is beyond maxWaitMs is capped too.
+    await queue.enqueue('dm.debounce4', null, {
+      dedupeKey: 'debounce:4',
+      delayMs: 60_000,
+      dedupe: { replace: true, maxWaitMs: 500 },
+    });
+    const [capped] = await rowsWithKey('debounce:4');
+    expect((capped?.run_ms as number) - (capped?.created_ms as number)).toBeLessThanOrEqual(501);
+  });
+
+  test('enqueueMany with modes decides job by job, in input order, in one transaction', async () => {
+    const queue = db.queue();
+    const results = await queue.enqueueMany([
+      { task: 'dm.many', payload: 1, dedupeKey: 'many:1', dedupe: { replace: true } },
+      { task: 'dm.many', payload: 2, dedupeKey: 'many:1', dedupe: { replace: true } },
+      { task: 'dm.many', payload: 3, dedupeKey: 'many:2', dedupe: { windowMs: 60_000 } },
+      { task: 'dm.many', payload: 4, dedupeKey: 'many:2', dedupe: { windowMs: 60_000 } },
+      { task: 'dm.many', payload: 5 },
+    ]);
+    expect(results.map((r) => [r.created, r.replaced ?? null])).toEqual([
+      [true, null],
+      [false, true],
+      [true, null],
+      [false, null],
+      [true, null],
+    ]);
+    expect((await rowsWithKey('many:1'))[0]?.payload).toBe(2);
+  });
+});
+
+describe('validation (SPEC §1.11)', () => {
+  test('modes that cannot mean anything are refused, naming the field; nothing is written', async () => {
+    const queue = db.queue();
+    const bad: [object, string][] = [
+      [{ dedupe: { replace: true } }, 'dedupe'], // no dedupeKey
+      [{ dedupeKey: 'k', dedupe: { scope: 'pending' } }, 'dedupe.scope'],
+      [{ dedupeKey: 'k', dedupe: { scope: 'all' } }, 'dedupe.scope'],
+      [{ dedupeKey: 'k', dedupe: { windowMs: 0 } }, 'dedupe.windowMs'],
+      [{ dedupeKey: 'k', dedupe: { replace: true, windowMs: 10 } }, 'dedupe.windowMs'],
+      [{ dedupeKey: 'k', dedupe: { maxWaitMs: 10 } }, 'dedupe.maxWaitMs'],
+      [{ dedupeKey: 'k', dedupe: { replace: 'yes' } }, 'dedupe.replace'],
+      [{ dedupeKey: 'k', dedupe: { debounce: true } }, 'dedupe.debounce'],
+    ];
+    for (const [options, field] of bad) {
+      const error = await queue.enqueue('dm.bad', null, options as never).catch((e: unknown) => e);
+      expect(error, JSON.stringify(options)).toBeInstanceOf(ValidationError);
+      expect((error as ValidationError).field, JSON.stringify(options)).toBe(field);
+    }
+    const many = await queue
+      .enqueueMany([
+        { task: 'dm.bad', dedupeKey: 'k' },
+        { task: 'dm.bad', dedupe: { replace: true } } as never,
+      ])
+      .catch((e: unknown) => e);
+    expect((many as ValidationError).field).toBe('specs[1].dedupe');
+    expect(await db.sql(`SELECT 1 FROM ${db.jobs} WHERE task = 'dm.bad'`)).toEqual([]);
+  });
+});
