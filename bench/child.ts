@@ -25,6 +25,8 @@ export interface ChildSpec {
   deleteCompleted?: boolean;
   /** W7: send 'waiting' and start the consumer only on a 'go' message (children start together). */
   hold?: boolean;
+  /** W8: each handler waits this long. */
+  handlerMs?: number;
 }
 
 export interface ChildResult {
@@ -105,6 +107,7 @@ async function main(): Promise<void> {
         onJob,
         onError,
         ...(spec.deleteCompleted ? { deleteCompleted: true } : {}),
+        ...(spec.handlerMs ? { handlerMs: spec.handlerMs } : {}),
       }),
       60_000,
       `${spec.system} consumer start`,

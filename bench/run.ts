@@ -23,7 +23,7 @@ import {
   resultsTable,
 } from './lib/report.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
-import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7 } from './lib/workloads.js';
+import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8 } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
 import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
@@ -42,6 +42,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W4: w4,
   W5: w5,
   W7: w7,
+  W8: w8,
 };
 
 /** The one metric printed per run in the progress log. */
@@ -57,6 +58,8 @@ function headline(workload: WorkloadName, m: Metrics): string {
         .filter(([key]) => key.startsWith('p'))
         .map(([key, value]) => `${key.slice(1)} processes ${fmt(value)} jobs/s`)
         .join(', ');
+    case 'W8':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofLimit ?? Number.NaN) * 100)} % of what the limit allows)`;
     case 'W5':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     default:
@@ -100,6 +103,7 @@ async function runWorkloads(
       const order = rep % 2 === 0 ? drivers : [...drivers].reverse();
       for (const driver of order) {
         if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
+        if (workload === 'W8' && !driver.limitConcurrency) continue; // no global concurrency limit
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;
         if (cell.failed) continue;

@@ -1,7 +1,7 @@
 /** Command line and sizes of every workload (full run, or --quick smoke run). */
 import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
 
-export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'pgbench'] as const;
+export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'W8', 'pgbench'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface Sizes {
@@ -29,6 +29,12 @@ export interface Sizes {
   w7Jobs: number;
   w7Processes: number[];
   w7Concurrency: number;
+  /** W8: jobs drained by `w8Processes` × `w8Concurrency` under a global limit of `w8Limit` running, each handler `w8HandlerMs`. */
+  w8Jobs: number;
+  w8Processes: number;
+  w8Concurrency: number;
+  w8Limit: number;
+  w8HandlerMs: number;
 }
 
 export const FULL: Sizes = {
@@ -55,6 +61,11 @@ export const FULL: Sizes = {
   w7Jobs: 50_000,
   w7Processes: [1, 2, 4, 8],
   w7Concurrency: 50,
+  w8Jobs: 20_000,
+  w8Processes: 4,
+  w8Concurrency: 50,
+  w8Limit: 50,
+  w8HandlerMs: 10,
 };
 
 export const QUICK: Sizes = {
@@ -72,6 +83,7 @@ export const QUICK: Sizes = {
   pgbenchSeconds: 2,
   w7Jobs: 2_000,
   w7Processes: [1, 2],
+  w8Jobs: 1_000,
 };
 
 export interface Config {
@@ -95,7 +107,7 @@ export const USAGE = `Usage: npm run bench -- [options]
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W7, pgbench)
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W8, pgbench)
 
 Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
 (default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),

@@ -119,6 +119,14 @@ export function rows(config: Config): Row[] {
       unit: 'MB',
       better: 'lower',
     },
+    {
+      workload: 'W8',
+      metric: 'jobsPerSec',
+      label: `W8 limited queue: ${n(s.w8Jobs)} jobs, global concurrency ${s.w8Limit}, ${s.w8Processes} processes × ${s.w8Concurrency}, ${s.w8HandlerMs} ms handlers (at most ${n((s.w8Limit / s.w8HandlerMs) * 1000)}/s)`,
+      short: 'W8 limited queue',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
     ...s.w7Processes.map(
       (processes): Row => ({
         workload: 'W7',

@@ -326,6 +326,64 @@ export async function w7(driver: SystemDriver, ctx: RunContext): Promise<Metrics
   return metrics;
 }
 
+/**
+ * W8 (a limited queue, SPEC §8): `w8Jobs` pre-enqueued jobs drained by `w8Processes` worker
+ * processes × `w8Concurrency` under the system's own global limit of `w8Limit` jobs running at
+ * once, each handler taking `w8HandlerMs`: the most the limit allows is
+ * w8Limit / w8HandlerMs × 1000 jobs/s. Metrics: `jobsPerSec`, and `ofLimit` (that rate as a
+ * share of the most the limit allows). Timed like W7. Systems without such a limit are skipped.
+ */
+export async function w8(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { w8Jobs, w8Processes, w8Concurrency, w8Limit, w8HandlerMs, w1Chunk } = ctx.sizes;
+  if (!driver.limitConcurrency)
+    throw new Error(`not supported: ${driver.noConcurrencyLimit ?? 'no global concurrency limit'}`);
+  await withTimeout(driver.reset(), 120_000, 'reset');
+  await driver.limitConcurrency(w8Limit);
+  await using(async (defer) => {
+    const producer = await openProducer(driver, defer);
+    await withTimeout(preload(producer, w8Jobs, w1Chunk), Math.max(120_000, w8Jobs * 10), 'pre-enqueue');
+  });
+  const drainLimit = Math.max(120_000, w8Jobs * 20);
+  const children: WorkerChild[] = [];
+  try {
+    const started = await Promise.all(
+      Array.from({ length: w8Processes }, () =>
+        WorkerChild.start({
+          system: driver.name,
+          env: ctx.env,
+          mode: 'drain',
+          concurrency: w8Concurrency,
+          expect: w8Jobs + 1,
+          lifetimeMs: drainLimit + 120_000,
+          hold: true,
+          handlerMs: w8HandlerMs,
+        }).then((started) => {
+          children.push(started.child);
+          return started.child;
+        }),
+      ),
+    );
+    for (const child of started) child.go();
+    let left = -1;
+    await waitFor(
+      async () => {
+        left = await driver.remaining();
+        return left === 0;
+      },
+      drainLimit,
+      `W8 to drain (${left} unfinished)`,
+      10,
+    );
+    const endAt = wallNow();
+    const results = await Promise.all(started.map((child) => child.stop()));
+    const firstJobAt = Math.min(...results.filter((r) => r.handled > 0).map((r) => r.firstJobAt));
+    const jobsPerSec = (w8Jobs / (endAt - firstJobAt)) * 1000;
+    return { jobsPerSec, ofLimit: jobsPerSec / ((w8Limit / w8HandlerMs) * 1000) };
+  } finally {
+    for (const child of children) child.kill();
+  }
+}
+
 /** Tables of a schema, for VACUUM ANALYZE. */
 async function vacuumSchema(url: string, schema: string): Promise<void> {
   const pool = adminPool(url);

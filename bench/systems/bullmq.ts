@@ -15,6 +15,7 @@ interface BullQueue {
   addBulk(jobs: { name: string; data: unknown }[]): Promise<unknown>;
   getJobCounts(...types: string[]): Promise<Record<string, number>>;
   waitUntilReady(): Promise<unknown>;
+  setGlobalConcurrency(concurrency: number): Promise<number>;
   on(event: string, listener: (value: unknown) => void): unknown;
   close(): Promise<void>;
 }
@@ -102,6 +103,18 @@ export class BullMQDriver implements SystemDriver {
     });
   }
 
+  /** W8: `queue.setGlobalConcurrency(n)` (BullMQ's open-source global concurrency, Redis-side). */
+  async limitConcurrency(n: number): Promise<void> {
+    const { Queue } = await this.load();
+    const queue = new Queue(TASK, { connection: this.connection(), prefix: BULL_PREFIX });
+    queue.on('error', () => {});
+    try {
+      await queue.setGlobalConcurrency(n);
+    } finally {
+      await queue.close();
+    }
+  }
+
   async remaining(): Promise<number> {
     if (!this.counter) {
       const { Queue } = await this.load();
@@ -134,6 +147,7 @@ export class BullMQDriver implements SystemDriver {
       TASK,
       async (job) => {
         options.onJob(job.data);
+        if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
       },
       {
         connection: { ...this.connection(), maxRetriesPerRequest: null },

@@ -38,6 +38,8 @@ function poolSize(concurrency: number): number {
 export class GraphileWorkerDriver implements SystemDriver {
   readonly name = 'graphile-worker' as const;
   readonly deletesCompleted = 'always' as const;
+  readonly noConcurrencyLimit =
+    'no global limit of N running jobs: a named job queue runs its jobs one at a time (N = 1 only)';
   private mod: GraphileWorker | null = null;
 
   constructor(private readonly env: BenchEnv) {}

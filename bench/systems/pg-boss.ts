@@ -40,6 +40,8 @@ function batchSize(concurrency: number): number {
 export class PgBossDriver implements SystemDriver {
   readonly name = 'pg-boss' as const;
   readonly deletesCompleted = 'no' as const;
+  readonly noConcurrencyLimit =
+    "no global limit of N running jobs (a queue's policy allows one active job, or none, per singleton key)";
   private mod: PgBossModule | null = null;
 
   constructor(private readonly env: BenchEnv) {}

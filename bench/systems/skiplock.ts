@@ -55,6 +55,16 @@ export class SkiplockDriver implements SystemDriver {
     }
   }
 
+  /** W8: `configureQueue('default', { concurrency })`, across every worker process. */
+  async limitConcurrency(n: number): Promise<void> {
+    const queue = this.queue(1);
+    try {
+      await queue.configureQueue('default', { concurrency: n });
+    } finally {
+      await queue.close();
+    }
+  }
+
   async remaining(): Promise<number> {
     this.counter ??= this.queue(2);
     const counts = await this.counter.counts();
@@ -82,8 +92,9 @@ export class SkiplockDriver implements SystemDriver {
       prefetch: PREFETCH,
       ...(options.deleteCompleted ? { retention: { completed: 'delete' as const } } : {}),
       tasks: {
-        [TASK]: (payload: BenchPayload) => {
+        [TASK]: async (payload: BenchPayload) => {
           options.onJob(payload);
+          if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
         },
       },
     });

@@ -42,6 +42,8 @@ export interface ConsumerOptions {
   onError(error: unknown): void;
   /** W2d: completed jobs are deleted, not kept (the system's own option for it). */
   deleteCompleted?: boolean;
+  /** W8: each handler waits this long (a job that takes time, so a concurrency limit binds). */
+  handlerMs?: number;
 }
 
 export interface Consumer {
@@ -64,6 +66,13 @@ export interface SystemDriver {
   unavailable(): Promise<string | null>;
   /** Drops this system's schema (or keys) and installs it afresh. */
   reset(): Promise<void>;
+  /**
+   * W8: limits the bench queue to `n` jobs running at once across every worker process, with
+   * the system's own global limit; absent when the open-source system has none.
+   */
+  limitConcurrency?(n: number): Promise<void>;
+  /** W8: why the system has no global concurrency limit (for the report). */
+  readonly noConcurrencyLimit?: string;
   /** Drops this system's schema (or keys): the cleanup at the end of a run. */
   drop(): Promise<void>;
   /** Jobs not finished yet (queued or running), as the system's storage says. */

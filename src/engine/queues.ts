@@ -86,12 +86,24 @@ export class LimitedQueues {
   private generation = 0;
   private hinting: Promise<void> | null = null;
   private hintAgain = false;
+  /** Limited queues where a job finished on this worker since its last claim there. */
+  private readonly freedHere = new Set<string>();
 
   constructor(private readonly engine: Engine) {}
 
   invalidate(): void {
     this.readAt = Number.NEGATIVE_INFINITY;
     this.generation++;
+  }
+
+  /** A job of `queue` finished on this worker: its next claim passes on room it cannot use. */
+  freed(queue: string): void {
+    this.freedHere.add(queue);
+  }
+
+  /** Whether a job of `queue` finished here since the last claim from it (and forgets it). */
+  takeFreed(queue: string): boolean {
+    return this.freedHere.delete(queue);
   }
 
   /** Whether `queue` had a limit when last read (a finished job there frees room for a claim). */
@@ -193,10 +205,17 @@ export async function claimWithLimits(
       break;
     }
     try {
-      const got = await claimLimited(engine, claim, queue.name, idle);
+      const asked = idle;
+      const got = await claimLimited(engine, claim, queue, asked);
       jobs.push(...got.jobs);
       idle -= got.jobs.length;
       if (got.waitMs !== null) later(got.waitMs);
+      // Room freed by a job that finished here, which this worker could not use (none of its
+      // tasks waiting there): another worker may. Only room freed here is passed on — a hint
+      // for any room would wake every worker, whose claims would hint again, without end.
+      if (engine.limits.takeFreed(queue.name) && got.jobs.length < asked && got.roomLeft > 0) {
+        engine.limits.roomFreed();
+      }
     } catch (error) {
       claim.onError(error, `claiming jobs of the limited queue ${JSON.stringify(queue.name)}`);
       unserved = true;
@@ -217,28 +236,36 @@ export async function claimWithLimits(
 }
 
 /**
- * One limited claim: try the queue's lock (another worker holding it: look again shortly),
- * claim what its limits allow, and say when a full rate window reopens.
+ * One limited claim: try the queue's lock (another worker holding it: look again shortly) and
+ * claim what its limits allow. When it took less than it asked for: the room left (there may be
+ * none), and when a full rate window reopens.
  */
 export async function claimLimited(
   engine: Engine,
   claim: WorkerClaim,
-  queue: string,
+  queue: QueueRow,
   limit: number,
-): Promise<{ jobs: ClaimedJob[]; waitMs: number | null }> {
+): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; roomLeft: number }> {
   engine.assertOpen();
   const { store } = engine;
   return inTransaction(engine.pool, async (tx) => {
-    if (!(await store.queues.tryLock(tx, queue))) return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS };
-    const jobs = await store.queues.claimLimited(
+    if (!(await store.queues.tryLock(tx, queue.name))) {
+      return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS, roomLeft: 0 };
+    }
+    const { jobs, roomLeft } = await store.queues.claimLimited(
       tx,
       claim.workerId,
-      queue,
+      queue.name,
       limit,
       claim.tasks,
       claim.leaseMs,
     );
-    const waitMs = jobs.length < limit ? await store.queues.rateWait(tx, queue) : null;
-    return { jobs, waitMs };
+    if (jobs.length === limit) return { jobs, waitMs: null, roomLeft: roomLeft ?? 0 };
+    // Took less than asked: the room its rows reported, or (no row) a look; a rate-limited queue
+    // without room says when its window reopens.
+    if (roomLeft !== null && (roomLeft > 0 || queue.rate_limit === null))
+      return { jobs, waitMs: null, roomLeft };
+    const { room, waitMs } = await store.queues.room(tx, queue.name);
+    return { jobs, waitMs, roomLeft: room };
   });
 }

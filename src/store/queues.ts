@@ -76,16 +76,18 @@ export function queueSql(s: string) {
       WITH cfg AS MATERIALIZED (
         SELECT concurrency, rate_limit, rate_period_ms, clock_timestamp() AS t
         FROM ${queues} WHERE name = $2 AND NOT paused
-      ), room AS MATERIALIZED (
+      ), free AS MATERIALIZED (
+        -- the room its limits leave (least() skips a limit that is not set)
         SELECT least(
-          $3::int,
-          coalesce(c.concurrency - (SELECT count(*) FROM ${jobs} AS r
-                                   WHERE r.status = 'running' AND r.queue = $2)::int, $3::int),
-          coalesce(c.rate_limit - (SELECT count(*) FROM ${starts} AS st
-                                   WHERE st.queue = $2
-                                     AND st.at > c.t - c.rate_period_ms * interval '1 millisecond')::int, $3::int)
-        ) AS n
+          c.concurrency - (SELECT count(*) FROM ${jobs} AS r
+                           WHERE r.status = 'running' AND r.queue = $2)::int,
+          c.rate_limit - (SELECT count(*) FROM ${starts} AS st
+                          WHERE st.queue = $2
+                            AND st.at > c.t - c.rate_period_ms * interval '1 millisecond')::int
+        ) AS free
         FROM cfg AS c
+      ), room AS MATERIALIZED (
+        SELECT least($3::int, coalesce(free, $3::int)) AS n FROM free
       ), picked AS MATERIALIZED (
         SELECT p.id FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2) AS p(id)
       ), claimed AS (
@@ -103,20 +105,28 @@ export function queueSql(s: string) {
         DELETE FROM ${starts} AS st USING cfg AS c
         WHERE st.queue = $2 AND st.at <= c.t - coalesce(c.rate_period_ms, 0) * interval '1 millisecond'
       )
-      SELECT ${JOB_COLUMN_NAMES} FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
+      SELECT ${JOB_COLUMN_NAMES}, (SELECT free FROM free) AS room_free
+      FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
 
     /**
-     * §8 when a rate-limited queue full for its period has room again: ms until its oldest
-     * start in the window leaves it (null when it is not full, or not rate limited).
+     * §8 after a limited claim that took less than it asked for, in its transaction (which sees
+     * that claim): the room the queue's limits leave now, and — when its rate window is full —
+     * ms until the oldest start in the window leaves it.
      */
-    queueRateWait: `
-      SELECT (extract(epoch FROM min(st.at) + q.rate_period_ms * interval '1 millisecond' - clock_timestamp())
-              * 1000)::float8 AS ms
-      FROM ${queues} AS q JOIN ${starts} AS st ON st.queue = q.name
-      WHERE q.name = $1 AND q.rate_limit IS NOT NULL
-        AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond'
-      GROUP BY q.rate_limit, q.rate_period_ms
-      HAVING count(*) >= q.rate_limit`,
+    queueRoom: `
+      SELECT least(
+               q.concurrency - (SELECT count(*) FROM ${jobs} AS r WHERE r.status = 'running' AND r.queue = q.name)::int,
+               q.rate_limit - (SELECT count(*) FROM ${starts} AS st
+                               WHERE st.queue = q.name
+                                 AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond')::int
+             ) AS room,
+             (SELECT (extract(epoch FROM min(st.at) + q.rate_period_ms * interval '1 millisecond' - clock_timestamp())
+                      * 1000)::float8
+              FROM ${starts} AS st
+              WHERE st.queue = q.name
+                AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond'
+              HAVING count(*) >= q.rate_limit) AS wait_ms
+      FROM ${queues} AS q WHERE q.name = $1 AND NOT q.paused`,
   };
 }
 
@@ -151,6 +161,10 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     return rows[0]?.locked === true;
   }
 
+  /**
+   * The limited claim; `roomLeft`: the room the queue's limits leave after it (null when it
+   * claimed nothing, and so returned no row to say it on).
+   */
   async claimLimited(
     tx: Executor,
     workerId: string,
@@ -158,21 +172,31 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     limit: number,
     tasks: string[] | null,
     leaseMs: number,
-  ): Promise<ClaimedJob[]> {
-    const rows = await this.run<JobRow>(tx, this.sql.queueClaimLimited, [
+  ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null }> {
+    const rows = await this.run<JobRow & { room_free: number | null }>(tx, this.sql.queueClaimLimited, [
       workerId,
       queue,
       limit,
       tasks,
       leaseMs,
     ]);
-    return rows.map(toClaimedJob);
+    const free = rows[0]?.room_free;
+    return {
+      jobs: rows.map(toClaimedJob),
+      roomLeft: rows.length === 0 || free === null || free === undefined ? null : Number(free) - rows.length,
+    };
   }
 
-  /** Ms until a rate-limited queue that is full for its period has room; null if it has room. */
-  async rateWait(db: Executor, queue: string): Promise<number | null> {
-    const rows = await this.run<{ ms: number | null }>(db, this.sql.queueRateWait, [queue]);
-    const ms = rows[0]?.ms;
-    return ms === null || ms === undefined ? null : Math.max(0, Number(ms));
+  /** The room a queue's limits leave now, and ms until a full rate window has room (else null). */
+  async room(db: Executor, queue: string): Promise<{ room: number; waitMs: number | null }> {
+    const rows = await this.run<{ room: number | null; wait_ms: number | null }>(db, this.sql.queueRoom, [
+      queue,
+    ]);
+    const row = rows[0];
+    if (!row) return { room: 0, waitMs: null }; // paused or unconfigured meanwhile
+    return {
+      room: row.room === null ? 0 : Math.max(0, Number(row.room)),
+      waitMs: row.wait_ms === null ? null : Math.max(0, Number(row.wait_ms)),
+    };
   }
 }

@@ -116,12 +116,17 @@ export class Worker extends EventEmitter {
       running: () => this.state === 'running',
       emit: (event, payload) => {
         this.count(event);
-        // A job of a limited queue left `running`: there is room for another one (§8) — for
-        // this worker, and for any other waiting for it (a hint).
+        // A job of a limited queue left `running`: there is room for another one (§8).
         const { job } = payload as { job?: ClaimedJob };
         if (job && event !== 'job:start' && engine.limits.has(job.queue)) {
-          this.claimLoop.wake();
-          engine.limits.roomFreed();
+          // This worker claims again at once and hints the others if it leaves room unused
+          // (claimWithLimits); a worker that is stopping claims nothing, so it hints now.
+          if (this.state === 'running') {
+            engine.limits.freed(job.queue);
+            this.claimLoop.wake();
+          } else {
+            engine.limits.roomFreed();
+          }
         }
         // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
         if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);

@@ -9,6 +9,7 @@
 import { describe, expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { useTestDatabase } from '../support/database.js';
+import { listen } from '../support/listener.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
@@ -82,6 +83,28 @@ describe('limited queues in the claim pass', () => {
     await expect.poll(() => startedAt.a, { timeout: 5_000 }).toBeDefined();
     expect((startedAt.a as number) - freedAt).toBeLessThan(1_500);
     await Promise.all([a.stop(), b.stop()]);
+  });
+
+  test('room nobody can use is passed on once, not echoed between workers without end', async () => {
+    // Break: send the room hint whenever a limited claim leaves room unused (not only room freed
+    // by a job that finished here): each hint wakes every worker, whose claims hint again — a
+    // storm of notifications and claims that never ends (a worker's start() never returned).
+    const queue = db.queue();
+    await queue.configureQueue('lim.echo', { concurrency: 2 });
+    const listener = await listen(db.url);
+    try {
+      const workers = [0, 1].map(() =>
+        db.worker({ pollIntervalMs: 60_000, tasks: { 'lc.echo': async () => undefined } }),
+      );
+      await Promise.all(workers.map((w) => w.start()));
+      await queue.enqueue('lc.echo', null, { queue: 'lim.echo' }); // finishes, frees room nobody needs
+      await sleep(1_000);
+      const hints = listener.payloads.filter((p) => p === 'queues:room').length;
+      expect(hints).toBeLessThanOrEqual(2);
+      await Promise.all(workers.map((w) => w.stop()));
+    } finally {
+      await listener.close();
+    }
   });
 
   test('a limited claim that fails is reported; the plain claim’s jobs still run', async () => {
