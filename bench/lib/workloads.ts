@@ -266,97 +266,29 @@ export async function w5(driver: SystemDriver, ctx: RunContext): Promise<Metrics
 }
 
 /**
- * W7 (scale-out): for each point of `w7Processes`, `w7Jobs` pre-enqueued jobs drained by that
- * many worker processes at `w7Concurrency` each, on one database. The children start their
- * consumers together (each waits for 'go'); timed from the first handler start in any of them
- * until the system's storage holds no unfinished job. Metric `pN`: jobs/s with N processes.
+ * Pre-enqueued jobs drained by `processes` worker children at `concurrency` each, started
+ * together (each waits for 'go'): the ms from the first handler start in any of them until the
+ * system's storage holds no unfinished job, and the handler runs beyond one per job.
  */
-export async function w7(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
-  const { w7Jobs, w7Processes, w7Concurrency, w1Chunk } = ctx.sizes;
-  const metrics: Metrics = {};
-  for (const processes of w7Processes) {
-    await withTimeout(driver.reset(), 120_000, 'reset');
-    await using(async (defer) => {
-      const producer = await openProducer(driver, defer);
-      await withTimeout(preload(producer, w7Jobs, w1Chunk), Math.max(120_000, w7Jobs * 10), 'pre-enqueue');
-    });
-    const drainLimit = Math.max(120_000, w7Jobs * 10);
-    const children: WorkerChild[] = [];
-    try {
-      const started = await Promise.all(
-        Array.from({ length: processes }, () =>
-          WorkerChild.start({
-            system: driver.name,
-            env: ctx.env,
-            mode: 'drain',
-            concurrency: w7Concurrency,
-            expect: w7Jobs + 1, // never reached by one child: the storage says when all is done
-            lifetimeMs: drainLimit + 120_000,
-            hold: true,
-          }).then((started) => {
-            children.push(started.child);
-            return started.child;
-          }),
-        ),
-      );
-      for (const child of started) child.go();
-      let left = -1;
-      await waitFor(
-        async () => {
-          left = await driver.remaining();
-          return left === 0;
-        },
-        drainLimit,
-        `W7 with ${processes} processes to drain (${left} unfinished)`,
-        10,
-      );
-      const endAt = wallNow();
-      const results = await Promise.all(started.map((child) => child.stop()));
-      const handled = results.reduce((sum, r) => sum + r.handled, 0);
-      const firstJobAt = Math.min(...results.filter((r) => r.handled > 0).map((r) => r.firstJobAt));
-      metrics[`p${processes}`] = (w7Jobs / (endAt - firstJobAt)) * 1000;
-      metrics[`extraRuns${processes}`] = handled - w7Jobs;
-      ctx.log(
-        `W7 ${driver.name}: ${processes} × ${w7Concurrency}: ${Math.round(metrics[`p${processes}`] ?? 0)} jobs/s`,
-      );
-    } finally {
-      for (const child of children) child.kill();
-    }
-  }
-  return metrics;
-}
-
-/**
- * W8 (a limited queue, SPEC §8): `w8Jobs` pre-enqueued jobs drained by `w8Processes` worker
- * processes × `w8Concurrency` under the system's own global limit of `w8Limit` jobs running at
- * once, each handler taking `w8HandlerMs`: the most the limit allows is
- * w8Limit / w8HandlerMs × 1000 jobs/s. Metrics: `jobsPerSec`, and `ofLimit` (that rate as a
- * share of the most the limit allows). Timed like W7. Systems without such a limit are skipped.
- */
-export async function w8(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
-  const { w8Jobs, w8Processes, w8Concurrency, w8Limit, w8HandlerMs, w1Chunk } = ctx.sizes;
-  if (!driver.limitConcurrency)
-    throw new Error(`not supported: ${driver.noConcurrencyLimit ?? 'no global concurrency limit'}`);
-  await withTimeout(driver.reset(), 120_000, 'reset');
-  await driver.limitConcurrency(w8Limit);
-  await using(async (defer) => {
-    const producer = await openProducer(driver, defer);
-    await withTimeout(preload(producer, w8Jobs, w1Chunk), Math.max(120_000, w8Jobs * 10), 'pre-enqueue');
-  });
-  const drainLimit = Math.max(120_000, w8Jobs * 20);
+async function drainWithChildren(
+  driver: SystemDriver,
+  ctx: RunContext,
+  run: { jobs: number; processes: number; concurrency: number; handlerMs?: number; what: string },
+): Promise<{ ms: number; extraRuns: number }> {
+  const drainLimit = Math.max(120_000, run.jobs * (run.handlerMs ? 20 : 10));
   const children: WorkerChild[] = [];
   try {
     const started = await Promise.all(
-      Array.from({ length: w8Processes }, () =>
+      Array.from({ length: run.processes }, () =>
         WorkerChild.start({
           system: driver.name,
           env: ctx.env,
           mode: 'drain',
-          concurrency: w8Concurrency,
-          expect: w8Jobs + 1,
+          concurrency: run.concurrency,
+          expect: run.jobs + 1, // never reached by one child: the storage says when all is done
           lifetimeMs: drainLimit + 120_000,
           hold: true,
-          handlerMs: w8HandlerMs,
+          ...(run.handlerMs ? { handlerMs: run.handlerMs } : {}),
         }).then((started) => {
           children.push(started.child);
           return started.child;
@@ -371,17 +303,76 @@ export async function w8(driver: SystemDriver, ctx: RunContext): Promise<Metrics
         return left === 0;
       },
       drainLimit,
-      `W8 to drain (${left} unfinished)`,
+      `${run.what} to drain (${left} unfinished)`,
       10,
     );
     const endAt = wallNow();
     const results = await Promise.all(started.map((child) => child.stop()));
+    const handled = results.reduce((sum, r) => sum + r.handled, 0);
     const firstJobAt = Math.min(...results.filter((r) => r.handled > 0).map((r) => r.firstJobAt));
-    const jobsPerSec = (w8Jobs / (endAt - firstJobAt)) * 1000;
-    return { jobsPerSec, ofLimit: jobsPerSec / ((w8Limit / w8HandlerMs) * 1000) };
+    return { ms: endAt - firstJobAt, extraRuns: handled - run.jobs };
   } finally {
     for (const child of children) child.kill();
   }
+}
+
+/**
+ * W7 (scale-out): for each point of `w7Processes`, `w7Jobs` pre-enqueued jobs drained by that
+ * many worker processes at `w7Concurrency` each, on one database. The children start their
+ * consumers together (each waits for 'go'); timed from the first handler start in any of them
+ * until the system's storage holds no unfinished job. Metric `pN`: jobs/s with N processes.
+ */
+export async function w7(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { w7Jobs, w7Processes, w7Concurrency, w1Chunk } = ctx.sizes;
+  const metrics: Metrics = {};
+  for (const processes of w7Processes) {
+    await withTimeout(driver.reset(), 120_000, 'reset');
+    await using(async (defer) => {
+      const producer = await openProducer(driver, defer);
+      await withTimeout(preload(producer, w7Jobs, w1Chunk), Math.max(120_000, w7Jobs * 10), 'pre-enqueue');
+    });
+    const { ms, extraRuns } = await drainWithChildren(driver, ctx, {
+      jobs: w7Jobs,
+      processes,
+      concurrency: w7Concurrency,
+      what: `W7 with ${processes} processes`,
+    });
+    metrics[`p${processes}`] = (w7Jobs / ms) * 1000;
+    metrics[`extraRuns${processes}`] = extraRuns;
+    ctx.log(
+      `W7 ${driver.name}: ${processes} × ${w7Concurrency}: ${Math.round(metrics[`p${processes}`] ?? 0)} jobs/s`,
+    );
+  }
+  return metrics;
+}
+
+/**
+ * W8 (a limited queue, SPEC §8): `w8Jobs` pre-enqueued jobs drained by `w8Processes` worker
+ * processes × `w8Concurrency` under the system's own global limit of `w8Limit` jobs running at
+ * once, each handler taking `w8HandlerMs`: the most the limit allows is
+ * w8Limit / w8HandlerMs × 1000 jobs/s. Metrics: `jobsPerSec`, and `ofLimit` (that rate as a
+ * share of the most the limit allows). Timed like W7. Systems without such a limit are skipped.
+ */
+export async function w8(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { w8Jobs, w8Processes, w8Concurrency, w8Limit, w8HandlerMs, w1Chunk } = ctx.sizes;
+  if (!driver.limitConcurrency) {
+    throw new Error(`not supported: ${driver.noConcurrencyLimit ?? 'no global concurrency limit'}`);
+  }
+  await withTimeout(driver.reset(), 120_000, 'reset');
+  await driver.limitConcurrency(w8Limit);
+  await using(async (defer) => {
+    const producer = await openProducer(driver, defer);
+    await withTimeout(preload(producer, w8Jobs, w1Chunk), Math.max(120_000, w8Jobs * 10), 'pre-enqueue');
+  });
+  const { ms } = await drainWithChildren(driver, ctx, {
+    jobs: w8Jobs,
+    processes: w8Processes,
+    concurrency: w8Concurrency,
+    handlerMs: w8HandlerMs,
+    what: 'W8',
+  });
+  const jobsPerSec = (w8Jobs / ms) * 1000;
+  return { jobsPerSec, ofLimit: jobsPerSec / ((w8Limit / w8HandlerMs) * 1000) };
 }
 
 /** Tables of a schema, for VACUUM ANALYZE. */

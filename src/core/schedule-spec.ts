@@ -3,7 +3,7 @@
  * field, nothing written), and the mapping of a stored schedule row to the public `Schedule`.
  */
 import { ValidationError } from '../errors.js';
-import type { ScheduleRow } from '../store/schedule.js';
+import type { ScheduleFields, ScheduleRow } from '../store/schedule.js';
 import type { CatchUp, Schedule, ScheduleOptions } from '../types.js';
 import { requireCron } from './cron.js';
 import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_MAX_ATTEMPTS } from './job-spec.js';
@@ -30,19 +30,7 @@ export const MAX_SCHEDULE_NAME_BYTES = 200;
 export const MAX_CATCH_UP = 1_000;
 
 /** A validated schedule, ready for the upsert (its next run is computed from database time). */
-export interface ScheduleSpec {
-  name: string;
-  cron: string;
-  tz: string;
-  task: string;
-  payloadJson: string;
-  queue: string;
-  priority: number;
-  maxAttempts: number;
-  timeoutMs: number | null;
-  overlap: boolean;
-  catchUp: string;
-}
+export type ScheduleSpec = ScheduleFields;
 
 export function toScheduleSpec(name: unknown, options: ScheduleOptions): ScheduleSpec {
   const opts = optionsObject(options, 'options');

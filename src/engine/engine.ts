@@ -138,6 +138,21 @@ export class Engine {
     return this.store.admin.cancel(this.pool, id);
   }
 
+  /**
+   * Sends a hint after a committed change (`what` names it in the log): a failure is logged,
+   * never thrown — the change holds, and workers see it by their next poll.
+   */
+  async hint(payload: string, what: string): Promise<void> {
+    try {
+      await this.store.observe.notify(this.pool, payload);
+    } catch (error) {
+      this.settings.logger?.warn?.(
+        { err: error, schema: this.schema },
+        `skiplock: sending the ${what} hint failed`,
+      );
+    }
+  }
+
   /** Sends `payload` on the schema's channel (a worker's LISTEN self-check). */
   notify(payload: string): Promise<void> {
     this.assertOpen();

@@ -43,14 +43,7 @@ export async function configureQueue(
   const row = await engine.store.queues.configure(engine.pool, name, change);
   engine.limits.invalidate();
   // A resumed queue or a changed limit: running workers re-read the settings and claim.
-  try {
-    await engine.store.observe.notify(engine.pool, QUEUE_HINT);
-  } catch (error) {
-    engine.settings.logger?.warn?.(
-      { err: error, schema: engine.schema },
-      'skiplock: sending the queue hint failed',
-    );
-  }
+  await engine.hint(QUEUE_HINT, 'queue');
   return toQueueConfig(row);
 }
 

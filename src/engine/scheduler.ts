@@ -183,14 +183,7 @@ export function nextScheduleInMs(engine: Engine): Promise<number | null> {
   return engine.store.schedule.nextDueInMs(engine.pool);
 }
 
-async function hint(engine: Engine): Promise<void> {
-  try {
-    await engine.store.observe.notify(engine.pool, SCHEDULE_HINT);
-  } catch (error) {
-    // The change is committed; workers still see it by their next poll (at most a minute).
-    engine.settings.logger?.warn?.(
-      { err: error, schema: engine.schema },
-      'skiplock: sending the schedule hint failed',
-    );
-  }
+/** The hint of a schedule change: running workers re-arm their scheduler (a minute late without it). */
+function hint(engine: Engine): Promise<void> {
+  return engine.hint(SCHEDULE_HINT, 'schedule');
 }

@@ -102,21 +102,25 @@ export function enqueueSql(s: string) {
   };
 }
 
+/** $1–$9 of insertOne and insertDebounced: one job's columns. */
+function jobValues(job: NewJob): unknown[] {
+  return [
+    job.queue,
+    job.task,
+    job.payloadJson,
+    job.priority,
+    job.dedupeKey,
+    job.maxAttempts,
+    job.runAt?.toISOString() ?? null,
+    job.delayMs,
+    job.timeoutMs,
+  ];
+}
+
 export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueueSql>> {
   /** Inserts one job; `null` on a dedupe hit (the caller then looks the holder up). */
   async insertOne(db: Executor, job: NewJob): Promise<string | null> {
-    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [
-      job.queue,
-      job.task,
-      job.payloadJson,
-      job.priority,
-      job.dedupeKey,
-      job.maxAttempts,
-      job.runAt?.toISOString() ?? null,
-      job.delayMs,
-      job.timeoutMs,
-      this.channel,
-    ]);
+    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [...jobValues(job), this.channel]);
     return rows[0]?.id ?? null;
   }
 
@@ -151,15 +155,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
    */
   async insertDebounced(db: Executor, job: NewJob): Promise<{ id: string; created: boolean } | null> {
     const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertDebounced, [
-      job.queue,
-      job.task,
-      job.payloadJson,
-      job.priority,
-      job.dedupeKey,
-      job.maxAttempts,
-      job.runAt?.toISOString() ?? null,
-      job.delayMs,
-      job.timeoutMs,
+      ...jobValues(job),
       job.dedupe?.maxWaitMs ?? null,
       this.channel,
     ]);

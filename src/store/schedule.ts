@@ -29,8 +29,8 @@ export interface ScheduleRow {
   updated_at: number;
 }
 
-/** What the upsert writes. */
-export interface ScheduleWrite {
+/** A schedule's definition, validated (core/schedule-spec.ts). */
+export interface ScheduleFields {
   name: string;
   cron: string;
   tz: string;
@@ -42,9 +42,10 @@ export interface ScheduleWrite {
   timeoutMs: number | null;
   overlap: boolean;
   catchUp: string;
-  /** The first tick after now, for a new schedule or a changed cron/tz. */
-  nextRunAt: Date;
 }
+
+/** What the upsert writes: the definition, and the next run for a new or re-timed schedule. */
+export type ScheduleWrite = ScheduleFields & { nextRunAt: Date };
 
 const COLUMNS =
   'name, cron, tz, task, payload, queue, priority, max_attempts, timeout_ms, overlap, catch_up, paused, ' +
