@@ -108,7 +108,15 @@ async function startServices(
     stops.push(() => worker.stop({ timeoutMs: 5_000 }));
     await queue.enqueueMany(Array.from({ length: 20 }, demoJob));
     stops.push(startProducer(queue, flags.rate, () => undefined));
+    // SPEC §8 on show: a schedule (fired by the worker) and a queue with a global limit.
+    await queue.schedule('demo-digest', {
+      cron: '*/15 * * * * *',
+      task: 'email.send',
+      payload: { to: 'digest@example.com' },
+    });
+    await queue.configureQueue('media', { concurrency: 2 });
     out(`  worker    ${worker.workerId}: ${Object.keys(demoTasks).length} demo tasks, ~${flags.rate} jobs/s`);
+    out('  demo      schedule demo-digest every 15 s; queue media: at most 2 running');
   }
   out(`  dashboard ${style.cyan(admin.url)}`);
 }
