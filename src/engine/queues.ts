@@ -168,13 +168,13 @@ export interface WorkerClaim {
  * for the rest. Jobs once claimed are the worker's whatever happens next: a failed claim after
  * one that took jobs is reported, never thrown (those jobs would be lost until their leases
  * expired). `waitMs`: when to look again — a full rate window reopens, another worker held a
- * queue's claim lock, or a limited claim failed. `unserved`: a limited queue was left out for
+ * queue's claim lock, or a limited claim failed. `leftWork`: a limited queue was left out for
  * want of an idle slot or by an error: the worker should claim again when a slot frees.
  */
 export async function claimWithLimits(
   engine: Engine,
   claim: WorkerClaim,
-): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; unserved: boolean }> {
+): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; leftWork: boolean }> {
   const jobs: ClaimedJob[] = [];
   let waitMs: number | null = null;
   let unserved = false;
@@ -225,7 +225,22 @@ export async function claimWithLimits(
       later(ERROR_RETRY_MS);
     }
   }
-  return { jobs, waitMs, unserved };
+  return { jobs, waitMs, leftWork: unserved };
+}
+
+/**
+ * A job of `queue` left `running` on a worker: when the queue is limited there is room for
+ * another one. A running worker claims again at once (true) and passes on room it cannot use
+ * (claimWithLimits); a stopping one claims nothing, so it hints the others now.
+ */
+export function roomFreedBy(engine: Engine, queue: string, workerRunning: boolean): boolean {
+  if (!engine.limits.has(queue)) return false;
+  if (!workerRunning) {
+    engine.limits.roomFreed();
+    return false;
+  }
+  engine.limits.freed(queue);
+  return true;
 }
 
 /**

@@ -12,17 +12,20 @@ const POLL_JITTER = 0.25;
 /** Longest timer Node accepts (~24.8 days). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
+/**
+ * What a claim returns: its jobs, or its jobs with when to look again (`waitMs`: a full rate
+ * window, a claim lock held elsewhere) and whether it left work it knows of for later
+ * (`leftWork`: a limited queue it had no slot for — then a freed slot claims again even though
+ * the claim came back short).
+ */
+export type ClaimResult = ClaimedJob[] | { jobs: ClaimedJob[]; waitMs: number | null; leftWork: boolean };
+
 export interface ClaimLoopDeps {
-  /** Claims up to `limit` jobs in one statement. */
-  claim(limit: number): Promise<ClaimedJob[]>;
+  /** Claims up to `limit` jobs. */
+  claim(limit: number): Promise<ClaimResult>;
   /** Milliseconds until the next pending job is due (database time), or null. */
   nextDueInMs(): Promise<number | null>;
   freeSlots(): number;
-  /**
-   * Whether the last claim left work it knows of for later (a limited queue it had no idle
-   * slot for): then a freed slot claims again even though the claim came back short.
-   */
-  leftWork?(): boolean;
   /**
    * Takes the jobs of one claim (must not throw). `sentAt` (performance.now()) is when the claim
    * was sent: their leases run from then at the latest.
@@ -123,9 +126,17 @@ export class ClaimLoop {
       const free = this.deps.freeSlots();
       if (free <= 0 || this.stopped) return;
       let jobs: ClaimedJob[];
+      let leftWork = false;
       const sentAt = performance.now();
       try {
-        jobs = await this.deps.claim(free);
+        const result = await this.deps.claim(free);
+        if (Array.isArray(result)) {
+          jobs = result;
+        } else {
+          jobs = result.jobs;
+          leftWork = result.leftWork;
+          if (result.waitMs !== null) this.wakeIn(result.waitMs + 1);
+        }
         this.failures = 0;
       } catch (error) {
         if (rethrow) throw error;
@@ -138,7 +149,7 @@ export class ClaimLoop {
         return;
       }
       if (jobs.length > 0) this.deps.accept(jobs, sentAt);
-      if (jobs.length < free && !this.deps.leftWork?.()) {
+      if (jobs.length < free && !leftWork) {
         this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
         await this.armDueTimer();
       }

@@ -20,7 +20,7 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isTransientError } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
-import { claimWithLimits, QUEUE_HINT, ROOM_HINT } from '../engine/queues.js';
+import { claimWithLimits, QUEUE_HINT, ROOM_HINT, roomFreedBy } from '../engine/queues.js';
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
@@ -33,6 +33,7 @@ export type { WorkerStats } from './events.js';
 
 import { type JobRun, leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
+import { LeaseLoss } from './lease-loss.js';
 import { ListenProbe } from './listen-probe.js';
 import { type Pruner, type Reaper, type Scheduler, workerMaintenance } from './maintenance.js';
 import { type WorkerOptions, type WorkerSettings, workerQueue, workerSettings } from './options.js';
@@ -77,6 +78,7 @@ export class Worker extends EventEmitter {
   private readonly dispatcher: Dispatcher;
   private readonly claimLoop: ClaimLoop;
   private readonly keeper: LeaseKeeper;
+  private readonly leaseLoss: LeaseLoss;
   private readonly reaper: Reaper;
   private readonly pruner: Pruner | null;
   private readonly scheduler: Scheduler;
@@ -93,8 +95,6 @@ export class Worker extends EventEmitter {
   private state: State = 'idle';
   private stopping: Promise<void> | null = null;
   private readonly stopRequested = new AbortController();
-  /** The last claim left out a limited queue (no idle slot, or an error): claim when a slot frees. */
-  private limitedLeft = false;
   private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
@@ -116,30 +116,22 @@ export class Worker extends EventEmitter {
       running: () => this.state === 'running',
       emit: (event, payload) => {
         this.count(event);
-        // A job of a limited queue left `running`: there is room for another one (§8).
+        // A job of a limited queue left `running`: room for another one (§8).
         const { job } = payload as { job?: ClaimedJob };
-        if (job && event !== 'job:start' && engine.limits.has(job.queue)) {
-          // This worker claims again at once and hints the others if it leaves room unused
-          // (claimWithLimits); a worker that is stopping claims nothing, so it hints now.
-          if (this.state === 'running') {
-            engine.limits.freed(job.queue);
-            this.claimLoop.wake();
-          } else {
-            engine.limits.roomFreed();
-          }
-        }
+        if (job && event !== 'job:start' && roomFreedBy(engine, job.queue, this.state === 'running'))
+          this.claimLoop.wake();
         // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
         if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
         this.emit(event, payload);
       },
       onError,
-      onLeaseExpired: (run) => this.leaseExpired(run),
+      onLeaseExpired: (run) => this.leaseLoss.expired(run),
       onFreed: () => this.claimLoop.slotFreed(),
       jumpsQueue: (job) => engine.limits.has(job.queue),
     });
     this.claimLoop = new ClaimLoop({
-      claim: async (limit) => {
-        const { jobs, waitMs, unserved } = await claimWithLimits(engine, {
+      claim: (limit) =>
+        claimWithLimits(engine, {
           workerId: this.workerId,
           onError,
           limit,
@@ -147,19 +139,24 @@ export class Worker extends EventEmitter {
           leaseMs: settings.leaseMs,
           tasks: settings.taskNames,
           queues: settings.queues,
-        });
-        // A rate-limited queue full for its period, or its lock held: claim again then.
-        if (waitMs !== null) this.claimLoop.wakeIn(waitMs + 1);
-        this.limitedLeft = unserved;
-        return jobs;
-      },
-      leftWork: () => this.limitedLeft,
+        }),
       nextDueInMs: () => engine.nextDueInMs(settings.taskNames, settings.queues),
       freeSlots: () => this.dispatcher.capacity(),
       accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
       onError,
       pollIntervalMs: settings.pollIntervalMs,
+    });
+    this.leaseLoss = new LeaseLoss({
+      dispatcher: this.dispatcher,
+      running: () => this.state === 'running',
+      lost: (job, wasRunning) => {
+        this.count('lease:lost');
+        if (wasRunning)
+          settings.logger?.warn?.({ jobId: job.id, workerId: this.workerId }, 'skiplock: lease lost');
+        this.emit('lease:lost', { job });
+      },
+      release: (jobs, doing) => this.release(jobs, doing),
     });
     this.keeper = new LeaseKeeper({
       intervalMs: Math.max(50, Math.floor(settings.leaseMs / 3)),
@@ -171,7 +168,7 @@ export class Worker extends EventEmitter {
           runs.map((run) => run.job),
           settings.leaseMs,
         ),
-      onLost: (run) => this.leaseLost(run),
+      onLost: (run) => this.leaseLoss.lost(run),
       onCancelRequested: (run) => run.abort('cancel'),
       onError,
     });
@@ -367,60 +364,6 @@ export class Worker extends EventEmitter {
   private count(event: keyof WorkerEvents): void {
     const key = COUNTED[event as keyof typeof COUNTED];
     if (key) this.counters[key]++;
-  }
-
-  /** The renewal came back without this lease: someone else may own the job now. */
-  private leaseLost(run: JobRun): void {
-    if (run.phase === 'held') {
-      this.dropHeld(run, false);
-      return;
-    }
-    if (run.phase !== 'running' || run.abortReason === 'lost') return;
-    if (run.abortReason === null) run.abort('lost');
-    else run.abortReason = 'lost'; // already aborted (deadline, cancel, stop): write nothing now
-    this.count('lease:lost');
-    this.settings.logger?.warn?.({ jobId: run.job.id, workerId: this.workerId }, 'skiplock: lease lost');
-    this.emit('lease:lost', { job: run.job });
-  }
-
-  /**
-   * The run's local lease deadline passed before a renewal confirmed it (a partition, a pause):
-   * the database may hand the job to another worker any moment, so the handler is aborted now.
-   */
-  private leaseExpired(run: JobRun): void {
-    // A COMMIT in flight decides by itself whether the completion happened under the lease; if
-    // it fails, the run calls this again.
-    if (run.transaction === 'committing' || run.transaction === 'committed') return;
-    if (run.phase === 'held') {
-      this.dropHeld(run, true);
-      return;
-    }
-    run.cutOpenTransaction();
-    if (run.phase !== 'running' || run.runaway) return;
-    this.leaseLost(run);
-  }
-
-  /**
-   * A held job's lease is gone, or may be, before it started: it is never started here. When
-   * only the local deadline passed (a blocked event loop, a pause), the database may still hold
-   * the lease: the job is given back at once, attempt not spent (its handler never ran, and a
-   * lease that is gone makes the compare-and-set change nothing); else it is reported lost.
-   */
-  private dropHeld(run: JobRun, giveBack: boolean): void {
-    this.dispatcher.drop(run);
-    const lost = () => {
-      this.count('lease:lost');
-      this.emit('lease:lost', { job: run.job });
-    };
-    if (!giveBack || this.state !== 'running') {
-      lost();
-      return;
-    }
-    void this.release([run.job], `giving back job ${run.job.id} whose lease ran out before it started`).then(
-      (released) => {
-        if (!released?.[0]) lost();
-      },
-    );
   }
 
   private notified(payload: string): void {

@@ -108,7 +108,7 @@ describe('firing a tick', () => {
     });
     await makeDue('fields', 1_500);
     const worker = idleWorker();
-    const fired = nextEvent(worker, 'schedule:fired');
+    const fired = nextEvent(worker, 'schedule:fired', (e) => e.name === 'fields');
     await worker.tick.schedule();
     const event = await fired;
     const jobs = await jobsOf('fields.task');
@@ -214,13 +214,15 @@ describe('catchUp and overlap', () => {
     await queue.schedule('latest', { cron: '* * * * *', task: 'latest.task' });
     await makeDue('latest', 10 * 60_000 + 30_000); // ten minutes of ticks missed
     const worker = idleWorker();
-    const skipped = nextEvent(worker, 'schedule:skipped');
+    // (every step fires every due schedule: other tests' schedules may be due too)
+    const skipped = nextEvent(worker, 'schedule:skipped', (e) => e.name === 'latest');
     await worker.tick.schedule();
     const jobs = await jobsOf('latest.task');
     expect(jobs).toHaveLength(1);
     const tick = new Date(Date.parse(String(jobs[0]?.dedupe_key.split(':').slice(3).join(':'))));
     expect(Date.now() - tick.getTime()).toBeLessThan(62_000); // the latest minute, not the oldest
     expect((await skipped).reason).toBe('missed');
+    await queue.pauseSchedule('latest'); // no cross-talk with the tests below
   });
 
   test('catchUp N with overlap: the N latest missed ticks, oldest first, each its own job', async () => {
@@ -234,6 +236,7 @@ describe('catchUp and overlap', () => {
     expect(ticks[1] as number).toBe((ticks[0] as number) + 60_000);
     expect(ticks[2] as number).toBe((ticks[1] as number) + 60_000);
     expect(jobs.map((j) => new Date(j.run_after).getTime())).toEqual(ticks); // each runs as of its tick
+    await queue.pauseSchedule('catch3');
   });
 
   test("catchUp 'none': a tick more than a minute late does not run", async () => {
@@ -241,7 +244,7 @@ describe('catchUp and overlap', () => {
     await queue.schedule('none', { cron: '0 0 1 1 *', task: 'none.task', catchUp: 'none' });
     await makeDue('none', 0, '2026-01-01T00:00:00Z');
     const worker = idleWorker();
-    const skipped = nextEvent(worker, 'schedule:skipped');
+    const skipped = nextEvent(worker, 'schedule:skipped', (e) => e.name === 'none');
     await worker.tick.schedule();
     expect(await jobsOf('none.task')).toHaveLength(0);
     expect(await skipped).toMatchObject({ name: 'none', reason: 'missed' });
@@ -253,6 +256,7 @@ describe('catchUp and overlap', () => {
     await makeDue('none', 0, '2026-01-01T00:00:00Z');
     await worker.tick.schedule();
     expect(await jobsOf('none.task')).toHaveLength(1);
+    await queue.pauseSchedule('none');
   });
 
   test('overlap false: a tick is skipped while the previous tick\u2019s job is active', async () => {
@@ -263,7 +267,7 @@ describe('catchUp and overlap', () => {
     await makeDue('solo', 1_500);
     await worker.tick.schedule();
     expect(await jobsOf('solo.task')).toHaveLength(1);
-    const skipped = nextEvent(worker, 'schedule:skipped');
+    const skipped = nextEvent(worker, 'schedule:skipped', (e) => e.name === 'solo');
     await makeDue('solo', 1_500);
     await worker.tick.schedule();
     expect(await jobsOf('solo.task')).toHaveLength(1);
