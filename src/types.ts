@@ -74,7 +74,7 @@ export interface EnqueueOptions {
   /** Deadline of one attempt, in milliseconds (the worker aborts and fails it past this). */
   timeoutMs?: number | null;
   /** How `dedupeKey` dedupes beyond "one active job per key" (SPEC §8). Needs `dedupeKey`. */
-  dedupe?: DedupeOptions;
+  dedupe?: DedupeOptions | null;
 }
 
 /** Dedupe modes (SPEC §8), each enforced by the database. */

@@ -80,9 +80,16 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
   };
 }
 
+/** A duration of at least 1 ms (up to requireMs's hundred years). */
+function positiveMs(value: unknown, field: string): number {
+  const ms = requireMs(value, field);
+  if (ms < 1) throw new ValidationError(field, `must be at least 1 ms, got ${JSON.stringify(value)}`);
+  return ms;
+}
+
 /** `dedupe: { scope, windowMs, replace, maxWaitMs }` (§8), checked; null for the plain mode. */
 function dedupeMode(options: EnqueueOptions, at: (field: string) => string): NewJob['dedupe'] {
-  if (options.dedupe === undefined) return null;
+  if (options.dedupe === undefined || options.dedupe === null) return null;
   const mode = optionsObject(options.dedupe, at('dedupe'));
   rejectUnknownKeys(mode, ['scope', 'windowMs', 'replace', 'maxWaitMs'], at('dedupe'));
   if (options.dedupeKey === undefined || options.dedupeKey === null) {
@@ -103,9 +110,8 @@ function dedupeMode(options: EnqueueOptions, at: (field: string) => string): New
       `must be true or false, got ${JSON.stringify(mode.replace)}`,
     );
   }
-  const windowMs = mode.windowMs === undefined ? null : requireInt(mode.windowMs, at('dedupe.windowMs'), 1);
-  const maxWaitMs =
-    mode.maxWaitMs === undefined ? null : requireInt(mode.maxWaitMs, at('dedupe.maxWaitMs'), 1);
+  const windowMs = mode.windowMs === undefined ? null : positiveMs(mode.windowMs, at('dedupe.windowMs'));
+  const maxWaitMs = mode.maxWaitMs === undefined ? null : positiveMs(mode.maxWaitMs, at('dedupe.maxWaitMs'));
   const replace = mode.replace === true;
   if (replace && windowMs !== null) {
     throw new ValidationError(

@@ -2,10 +2,12 @@
  * Every insert of jobs (SPEC §1.6, §1.7, §1.9, §3): single enqueues batched automatically, batch
  * enqueues, their dedupe rounds, and the wake-up hint after a batch committed.
  */
+
+import pg from 'pg';
 import { Batcher, type Settled } from '../core/batcher.js';
 import type { NewJob } from '../core/job-spec.js';
 import { isConnectionError } from '../db/database-error.js';
-import { type Executor, inTransaction } from '../db/executor.js';
+import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.js';
 import { DatabaseError } from '../errors.js';
 import type { EnqueueResult } from '../types.js';
 import type { Engine } from './engine.js';
@@ -42,13 +44,16 @@ export class Enqueuer {
    */
   async enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
     if (jobs.some((job) => job.dedupe !== null)) {
-      // §8 dedupe modes decide job by job: in input order, all in one transaction.
-      const one = async (tx: Executor) => {
-        const results: EnqueueResult[] = [];
-        for (const job of jobs) results.push(await this.insertWithMode(tx, job));
+      // §8 dedupe modes decide job by job, all in one transaction, in dedupe-key order — two
+      // batches that share keys then take their locks in one order and never deadlock (§3) —
+      // with the results in input order.
+      const order = jobs.map((job, index) => ({ job, index }));
+      order.sort((a, b) => compareKeys(a.job.dedupeKey, b.job.dedupeKey) || a.index - b.index);
+      return this.atomically(db, async (tx) => {
+        const results: EnqueueResult[] = new Array(jobs.length);
+        for (const { job, index } of order) results[index] = await this.insertWithMode(tx, job);
         return results;
-      };
-      return db === undefined ? inTransaction(this.engine.pool, one) : one(db);
+      });
     }
     if (db !== undefined) return settledOrThrow(await this.insertBatch(db, jobs, true));
     const { pool } = this.engine;
@@ -87,10 +92,35 @@ export class Enqueuer {
     if (mode?.replace) return this.insertDebounced(db ?? this.engine.pool, job);
     if (mode?.windowMs != null) {
       const windowMs = mode.windowMs;
-      const throttle = (tx: Executor) => this.insertThrottled(tx, job, windowMs);
-      return db === undefined ? inTransaction(this.engine.pool, throttle) : throttle(db);
+      return this.atomically(db, (tx) => this.insertThrottled(tx, job, windowMs));
     }
     return this.insertOne(db ?? this.engine.pool, job);
+  }
+
+  /**
+   * Runs `fn` so that its statements hold their locks together until they are all done: in a
+   * transaction of its own on our pool (no `db`) or on a pool you passed; on your client, under
+   * a savepoint of your open transaction (rolled back to on failure, leaving your transaction
+   * usable) — or, when the client is not in a transaction, in one of its own. A throttle's
+   * window-row lock must be held until its job is written (§8).
+   */
+  private async atomically<T>(db: Executor | undefined, fn: (tx: Executor) => Promise<T>): Promise<T> {
+    if (db === undefined) return inTransaction(this.engine.pool, fn);
+    if (db instanceof pg.Pool) return inTransaction(db as unknown as PoolExecutor, fn);
+    try {
+      await db.query('SAVEPOINT skiplock_enqueue');
+    } catch (error) {
+      if ((error as { code?: string }).code !== '25P01') throw error; // 25P01: not in a transaction
+      return ownTransaction(db, fn);
+    }
+    try {
+      const result = await fn(db);
+      await db.query('RELEASE SAVEPOINT skiplock_enqueue');
+      return result;
+    } catch (error) {
+      await db.query('ROLLBACK TO SAVEPOINT skiplock_enqueue').catch(() => undefined);
+      throw error;
+    }
   }
 
   /**
@@ -231,6 +261,27 @@ export class Enqueuer {
         }
       });
   }
+}
+
+/** BEGIN … COMMIT on a client that is not in a transaction (ROLLBACK if `fn` throws). */
+async function ownTransaction<T>(db: Executor, fn: (tx: Executor) => Promise<T>): Promise<T> {
+  await db.query('BEGIN');
+  try {
+    const result = await fn(db);
+    await db.query('COMMIT');
+    return result;
+  } catch (error) {
+    await db.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Dedupe keys in one total order (jobs without a key first). */
+function compareKeys(a: string | null, b: string | null): number {
+  if (a === b) return 0;
+  if (a === null) return -1;
+  if (b === null) return 1;
+  return a < b ? -1 : 1;
 }
 
 /** The values of a batch whose jobs all settled well; else the first job's error. */

@@ -61,9 +61,11 @@ export function enqueueSql(s: string) {
      * §1.7/§8 debounce (`dedupe.replace`): one INSERT whose conflict with a *pending* holder
      * replaces that holder's payload, priority and run time in the same statement (the row lock
      * of ON CONFLICT: a claim racing it either took the job first — then it is running and the
-     * WHERE leaves it alone — or skips it until this commits). `created` tells an insert from a
-     * replacement; no row: the holder is running. A run time is never past created_at + $10 ms
-     * (maxWaitMs; the holder's created_at on a replacement). §1.9 NOTIFY when a row changed.
+     * WHERE leaves it alone — or skips it until this commits). Only a holder of the same task
+     * and queue that has not run yet (no retry waiting for its backoff) is replaced. `created`
+     * tells an insert from a replacement; no row: the holder was not replaced. A run time is
+     * never past created_at + $10 ms (maxWaitMs; the holder's created_at on a replacement).
+     * §1.9 NOTIFY when a row changed.
      * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel.
      */
     insertDebounced: `
@@ -75,7 +77,7 @@ export function enqueueSql(s: string) {
         DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
           run_after = least(${RUN_AFTER('$7', '$8')}, j.created_at + $10::float8 * interval '1 millisecond'),
           updated_at = now()
-        WHERE j.status = 'pending'
+        WHERE j.status = 'pending' AND j.attempts = 0 AND j.task = EXCLUDED.task AND j.queue = EXCLUDED.queue
         RETURNING j.id, (j.xmax = 0) AS created
       )
       SELECT id::text AS id, created, pg_notify($11, 'jobs') FROM ins`,
@@ -83,16 +85,19 @@ export function enqueueSql(s: string) {
     /**
      * §8 throttle (`dedupe.windowMs`): takes the key's window row (created on first use) and
      * its lock until the transaction ends, so throttled enqueues of one key decide one at a
-     * time; returns whether the window still holds (database time) and its holder.
+     * time; returns whether the window still holds and its holder. §1.4 database time, and the
+     * clock's, not the transaction's start (a caller's long transaction must not see a window
+     * as over, or as still running, when it is not).
      */
     windowLock: `
       INSERT INTO ${s}.dedupe_windows AS w (key, until, job_id) VALUES ($1, '-infinity', 0)
       ON CONFLICT (key) DO UPDATE SET key = w.key
-      RETURNING (w.until > now()) AS taken, w.job_id::text AS job_id`,
+      RETURNING (w.until > clock_timestamp()) AS taken, w.job_id::text AS job_id`,
 
-    /** §8 a new holder of a throttled key: its window runs $2 ms from now. */
+    /** §8 a new holder of a throttled key: its window runs $2 ms from now (the clock's). */
     windowTake: `
-      UPDATE ${s}.dedupe_windows SET until = now() + $2::float8 * interval '1 millisecond', job_id = $3::bigint
+      UPDATE ${s}.dedupe_windows
+      SET until = clock_timestamp() + $2::float8 * interval '1 millisecond', job_id = $3::bigint
       WHERE key = $1`,
 
     /** §1.7 the active holders of some dedupe keys (after an insert met a conflict). */

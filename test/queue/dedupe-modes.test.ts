@@ -164,6 +164,84 @@ describe('debounce: dedupe.replace', () => {
   });
 });
 
+describe('after review: what a mode must not do', () => {
+  test('debounce never replaces a holder of another task or queue, or one waiting to retry', async () => {
+    // Break: drop `AND j.task = EXCLUDED.task AND j.queue = EXCLUDED.queue` (or `j.attempts = 0`)
+    // from insertDebounced: the e-mail job gets the account deletion's payload.
+    const queue = db.queue();
+    const mail = await queue.enqueue(
+      'dm.mail',
+      { to: 'a@example.com' },
+      { dedupeKey: 'rv:1', delayMs: 60_000, dedupe: { replace: true } },
+    );
+    const other = await queue.enqueue(
+      'dm.delete',
+      { user: 7 },
+      { dedupeKey: 'rv:1', queue: 'other', dedupe: { replace: true } },
+    );
+    expect(other).toEqual({ id: mail.id, created: false, replaced: false });
+    expect((await queue.get(mail.id))?.payload).toEqual({ to: 'a@example.com' });
+
+    await queue.enqueue('dm.retry', { v: 1 }, { dedupeKey: 'rv:2', dedupe: { replace: true } });
+    const [claimed] = await queue.claim('w', { tasks: ['dm.retry'] });
+    await queue.fail(claimed as never, new Error('boom'), { retryInMs: 60_000 }); // pending, attempts 1
+    const again = await queue.enqueue('dm.retry', { v: 2 }, { dedupeKey: 'rv:2', dedupe: { replace: true } });
+    expect(again).toEqual({ id: claimed?.id, created: false, replaced: false });
+    expect((await queue.get(claimed?.id as string))?.payload).toEqual({ v: 1 });
+  });
+
+  test('a throttle window inside a long transaction runs from the enqueue, not from BEGIN', async () => {
+    // Break: now() instead of clock_timestamp() in windowLock/windowTake: the window is over
+    // before the transaction commits, and a second job comes at once.
+    const queue = db.queue();
+    const first = await queue.transaction(async (client) => {
+      await sleep(1_200);
+      return queue.enqueue('dm.longtx', null, { client, dedupeKey: 'rv:3', dedupe: { windowMs: 1_000 } });
+    });
+    expect(first.created).toBe(true);
+    const [job] = await queue.claim('w', { tasks: ['dm.longtx'] });
+    await queue.complete(job as never, null);
+    const second = await queue.enqueue('dm.longtx', null, { dedupeKey: 'rv:3', dedupe: { windowMs: 1_000 } });
+    expect(second).toEqual({ id: first.id, created: false });
+  });
+
+  test('a throttle on a client outside any transaction still decides under its lock', async () => {
+    const client = await db.pool.connect();
+    try {
+      const queue = db.queue();
+      const a = await queue.enqueue('dm.auto', null, {
+        client,
+        dedupeKey: 'rv:4',
+        dedupe: { windowMs: 60_000 },
+      });
+      const b = await queue.enqueue('dm.auto', null, {
+        client,
+        dedupeKey: 'rv:4',
+        dedupe: { windowMs: 60_000 },
+      });
+      expect(a.created).toBe(true);
+      expect(b).toEqual({ id: a.id, created: false });
+      expect((await client.query('SELECT 1 AS one')).rows[0].one).toBe(1); // no transaction left open
+    } finally {
+      client.release();
+    }
+  });
+
+  test('batches with modes that share keys in opposite orders never deadlock', async () => {
+    // Break: decide a batch's jobs in input order instead of key order: deadlock_detected (40P01)
+    // in most rounds.
+    for (let round = 0; round < 10; round++) {
+      const keys = [`dl:${round}:a`, `dl:${round}:b`, `dl:${round}:c`];
+      const batch = (order: string[]) =>
+        (queues[round % 4] as Queue).enqueueMany(
+          order.map((key) => ({ task: 'dm.order', dedupeKey: key, dedupe: { windowMs: 60_000 } })),
+        );
+      const [x, y] = await Promise.all([batch(keys), batch([...keys].reverse())]);
+      expect(x.filter((r) => r.created).length + y.filter((r) => r.created).length).toBe(3);
+    }
+  });
+});
+
 describe('validation (SPEC §1.11)', () => {
   test('modes that cannot mean anything are refused, naming the field; nothing is written', async () => {
     const queue = db.queue();
@@ -176,6 +254,7 @@ describe('validation (SPEC §1.11)', () => {
       [{ dedupeKey: 'k', dedupe: { maxWaitMs: 10 } }, 'dedupe.maxWaitMs'],
       [{ dedupeKey: 'k', dedupe: { replace: 'yes' } }, 'dedupe.replace'],
       [{ dedupeKey: 'k', dedupe: { debounce: true } }, 'dedupe.debounce'],
+      [{ dedupeKey: 'k', dedupe: { windowMs: 0.2 } }, 'dedupe.windowMs'],
     ];
     for (const [options, field] of bad) {
       const error = await queue.enqueue('dm.bad', null, options as never).catch((e: unknown) => e);
