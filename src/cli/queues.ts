@@ -91,8 +91,13 @@ function limitOrNone(value: string): number | typeof NONE {
 function rateOrNone(value: string): { limit: number; periodMs: number } | typeof NONE {
   if (value === NONE) return NONE;
   const match = /^(\d+)\/(.+)$/.exec(value);
-  if (!match) throw new InvalidArgumentError('must be N/DURATION such as 50/1s, or none');
-  return { limit: limitOrNone(match[1] as string) as number, periodMs: duration(match[2] as string) };
+  const limit = Number(match?.[1]);
+  if (!match || !Number.isInteger(limit) || limit < 1) {
+    throw new InvalidArgumentError('must be N/DURATION with N ≥ 1, such as 50/1s or 1000/1h, or none');
+  }
+  const periodMs = duration(match[2] as string);
+  if (periodMs < 1) throw new InvalidArgumentError('the period must be at least 1 ms, e.g. 50/1s');
+  return { limit, periodMs };
 }
 
 function limits(q: Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit'>): string {

@@ -30,13 +30,14 @@ export function requireCron(cron: unknown, tz: unknown): CronSpec {
       `must have 5 fields (minute hour day-of-month month day-of-week), 6 (a seconds field first) or be one of ${ALIASES.join(', ')}; got ${JSON.stringify(cron)}`,
     );
   }
-  if (typeof tz !== 'string' || !isTimeZone(tz)) {
+  const zone = typeof tz === 'string' ? canonicalZone(tz) : null;
+  if (zone === null) {
     throw new ValidationError(
       'tz',
       `must be an IANA time zone such as "Europe/Berlin" or "UTC", got ${JSON.stringify(tz)}`,
     );
   }
-  const spec = { cron: expr, tz };
+  const spec = { cron: expr, tz: zone };
   try {
     nextTick(spec, new Date());
   } catch (error) {
@@ -48,13 +49,13 @@ export function requireCron(cron: unknown, tz: unknown): CronSpec {
   return spec;
 }
 
-function isTimeZone(tz: string): boolean {
-  if (tz === '') return false;
+/** The zone's canonical IANA name ("europe/berlin" → "Europe/Berlin"), or null when unknown. */
+function canonicalZone(tz: string): string | null {
+  if (tz === '') return null;
   try {
-    new Intl.DateTimeFormat('en-US', { timeZone: tz });
-    return true;
+    return new Intl.DateTimeFormat('en-US', { timeZone: tz }).resolvedOptions().timeZone;
   } catch {
-    return false;
+    return null;
   }
 }
 

@@ -41,6 +41,7 @@ export async function configureQueue(
   change: QueueChange,
 ): Promise<QueueConfig> {
   const row = await engine.store.queues.configure(engine.pool, name, change);
+  if (row.rate_limit === null) await engine.store.queues.tidy(engine.pool, name);
   engine.limits.invalidate();
   // A resumed queue or a changed limit: running workers re-read the settings and claim.
   await engine.hint(QUEUE_HINT, 'queue');

@@ -48,6 +48,19 @@ export function queueSql(s: string) {
         updated_at = now()
       RETURNING name, paused, concurrency, rate_limit, rate_period_ms`,
 
+    /**
+     * §8 a queue back to no settings at all (not paused, no limits) keeps no row — queues()
+     * then lists it only while it has live jobs — and a queue without a rate limit no start log.
+     */
+    queueTidy: `
+      WITH gone AS (
+        DELETE FROM ${queues}
+        WHERE name = $1 AND NOT paused AND concurrency IS NULL AND rate_limit IS NULL
+        RETURNING name
+      )
+      DELETE FROM ${starts}
+      WHERE queue = $1 AND NOT EXISTS (SELECT 1 FROM ${queues} WHERE name = $1 AND rate_limit IS NOT NULL)`,
+
     queueList: `SELECT name, paused, concurrency, rate_limit, rate_period_ms FROM ${queues} ORDER BY name`,
 
     /** The queues the plain claim leaves out: paused or limited (queues_restricted_idx). */
@@ -142,6 +155,10 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
       change.rateLimit?.periodMs ?? null,
     ]);
     return rows[0] as QueueRow;
+  }
+
+  async tidy(db: Executor, name: string): Promise<void> {
+    await this.run(db, this.sql.queueTidy, [name]);
   }
 
   list(db: Executor): Promise<QueueRow[]> {

@@ -621,11 +621,15 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
         await run(['configure-queue', 'cli-mail', '--concurrency', 'none', '--rate-limit', 'none', '--json']),
       ),
     ).toMatchObject({ name: 'cli-mail', paused: false, concurrency: null, rateLimit: null });
-    const [badRate, badConcurrency] = await Promise.all([
+    const [badRate, zeroRate, zeroPeriod, badConcurrency] = await Promise.all([
       run(['configure-queue', 'cli-mail', '--rate-limit', 'fast']),
+      run(['configure-queue', 'cli-mail', '--rate-limit', '0/1s']),
+      run(['configure-queue', 'cli-mail', '--rate-limit', '50/0s']),
       run(['configure-queue', 'cli-mail', '--concurrency', '0']),
     ]);
     oneLineError(badRate, 2, /--rate-limit.*must be N\/DURATION/);
+    oneLineError(zeroRate, 2, /--rate-limit.*N ≥ 1/);
+    oneLineError(zeroPeriod, 2, /--rate-limit.*period must be at least 1 ms/);
     oneLineError(badConcurrency, 2, /--concurrency.*must be a positive integer or none/);
   });
 

@@ -5,8 +5,10 @@
  * the worker's fallback poll is set to a minute).
  */
 import { describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { ValidationError } from '../../src/errors.js';
 import { useTestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 
@@ -57,7 +59,12 @@ describe('configureQueue and queues()', () => {
       ['unconfigured', 1, 0],
     ]);
     expect(infos[1]).toMatchObject({ paused: false, concurrency: null, rateLimit: null });
+    // Back to no settings: no row is kept; the queue is listed while it has live jobs.
     await queue.configureQueue('mail', { rateLimit: null });
+    await queue.configureQueue('typo-queue', { paused: true });
+    await queue.resumeQueue('typo-queue');
+    expect((await queue.queues()).map((q) => q.name)).toEqual(['mail', 'unconfigured']);
+    expect(await db.sql(`SELECT name FROM ${quoteIdent(TEST_SCHEMA)}.queues`)).toEqual([]);
   });
 });
 

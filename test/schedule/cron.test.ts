@@ -150,5 +150,6 @@ describe('cron validation (SPEC §1.11)', () => {
   test('aliases and extra spaces are accepted', () => {
     expect(requireCron('@daily', 'Europe/Berlin')).toEqual({ cron: '@daily', tz: 'Europe/Berlin' });
     expect(requireCron('  0   9 * * 1-5 ', 'UTC').cron).toBe('0 9 * * 1-5');
+    expect(requireCron('* * * * *', 'europe/berlin').tz).toBe('Europe/Berlin'); // the canonical name
   });
 });
