@@ -251,8 +251,8 @@ export interface ScheduleOptions {
   overlap?: boolean;
   /**
    * Ticks missed while no worker ran: 'latest' (default) enqueues only the latest, 'none' none
-   * (a tick runs only when it is at most a minute late), a number N the latest N (with
-   * `overlap: false`, at most one).
+   * (a tick runs only when it is at most a minute late), a number N the latest N (N > 1 needs
+   * `overlap: true`).
    */
   catchUp?: CatchUp;
 }

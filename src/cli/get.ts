@@ -12,7 +12,7 @@ export function registerGet(program: Command): void {
     .action(async (id: string, _flags: unknown, command: Command) => {
       await withQueue(command, async (queue, options) => {
         const job = await queue.get(id);
-        if (!job) throw new NotFoundError(`no job with id ${id}`);
+        if (!job) throw new NotFoundError(`No job with id ${id}`);
         print(options, job, jobDetail(job));
       });
     });

@@ -43,6 +43,7 @@ const OPTION_KEYS = [
   'delayMs',
   'timeoutMs',
   'dedupe',
+  'group',
 ];
 const ENQUEUE_KEYS = [...OPTION_KEYS, 'client'];
 const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
@@ -53,6 +54,12 @@ const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
  */
 export function toNewJob(task: unknown, payload: unknown, options: EnqueueOptions, prefix = ''): NewJob {
   const at = (field: string) => `${prefix}${field}`;
+  if ((options as { group?: unknown }).group !== undefined) {
+    throw new ValidationError(
+      at('group'),
+      'is not supported yet: group keys come in a later release; leave it out',
+    );
+  }
   if (options.runAt !== undefined && options.delayMs !== undefined) {
     throw new ValidationError(at('runAt'), 'give either runAt or delayMs, not both');
   }

@@ -39,6 +39,13 @@ export function toScheduleSpec(name: unknown, options: ScheduleOptions): Schedul
   if (opts.overlap !== undefined && typeof opts.overlap !== 'boolean') {
     throw new ValidationError('overlap', `must be true or false, got ${JSON.stringify(opts.overlap)}`);
   }
+  const catchUp = catchUpText(opts.catchUp);
+  if (/^\d+$/.test(catchUp) && catchUp !== '1' && opts.overlap !== true) {
+    throw new ValidationError(
+      'catchUp',
+      `${catchUp} missed ticks can run only with overlap: true (without it, one tick's job at a time); use 'latest' or set overlap: true`,
+    );
+  }
   return {
     name: requireScheduleName(name),
     cron,
@@ -56,7 +63,7 @@ export function toScheduleSpec(name: unknown, options: ScheduleOptions): Schedul
         ? null
         : requireInt(opts.timeoutMs, 'timeoutMs', 1),
     overlap: opts.overlap ?? false,
-    catchUp: catchUpText(opts.catchUp),
+    catchUp,
   };
 }
 

@@ -367,7 +367,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     );
     expect(columns.size, text).toBe(1);
 
-    oneLineError(unknown, 3, /^skiplock: no job with id 987654321$/m);
+    oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
   });
 
   test('list: --status/--task/--queue filters, --after paging; for people an aligned table', async () => {

@@ -32,6 +32,12 @@ describe('configureQueue and queues()', () => {
       expect((error as ValidationError).field, JSON.stringify(options)).toBe(field);
     }
     expect(await queue.queues()).toEqual([]);
+    // Group keys are not built yet: refused by name, never silently ignored.
+    const group = await queue
+      .enqueue('q.group', null, { group: 'tenant-1' } as never)
+      .catch((e: unknown) => e);
+    expect((group as ValidationError).field).toBe('group');
+    expect(await db.sql(`SELECT 1 FROM ${db.jobs} WHERE task = 'q.group'`)).toEqual([]);
   });
 
   test('each setting changes only when given; null clears a limit; queues() adds live counts', async () => {

@@ -57,6 +57,7 @@ describe('queue.schedule(): validated, idempotent upsert', () => {
       ['x', { cron: '* * * * *', task: 't', tz: 'Nowhere/City' }, 'tz'],
       ['x', { cron: '* * * * *', task: 't', catchUp: 'all' }, 'catchUp'],
       ['x', { cron: '* * * * *', task: 't', catchUp: 0 }, 'catchUp'],
+      ['x', { cron: '* * * * *', task: 't', catchUp: 3 }, 'catchUp'], // N > 1 needs overlap: true
       ['x', { cron: '* * * * *', task: 't', overlap: 'no' }, 'overlap'],
       ['x', { cron: '* * * * *', task: 't', maxAttempts: 0 }, 'maxAttempts'],
       ['x', { cron: '* * * * *', task: 't', payload: () => 1 }, 'payload'],
