@@ -106,7 +106,7 @@ export class Enqueuer {
    */
   private async atomically<T>(db: Executor | undefined, fn: (tx: Executor) => Promise<T>): Promise<T> {
     if (db === undefined) return inTransaction(this.engine.pool, fn);
-    if (db instanceof pg.Pool) return inTransaction(db as unknown as PoolExecutor, fn);
+    if (isPool(db)) return inTransaction(db, fn);
     try {
       await db.query('SAVEPOINT skiplock_enqueue');
     } catch (error) {
@@ -261,6 +261,16 @@ export class Enqueuer {
         }
       });
   }
+}
+
+/**
+ * A pg Pool — of this copy of pg or another (duck-typed: it counts its clients). A pool passed
+ * as `client` has no transaction of the caller's to join: the statements get one of their own.
+ * (`client` must otherwise be one connection: an adapter that spreads queries over a pool
+ * cannot hold a transaction at all.)
+ */
+function isPool(db: Executor): db is PoolExecutor {
+  return db instanceof pg.Pool || typeof (db as { totalCount?: unknown }).totalCount === 'number';
 }
 
 /** BEGIN … COMMIT on a client that is not in a transaction (ROLLBACK if `fn` throws). */

@@ -79,7 +79,7 @@ export function queueSql(s: string) {
     /**
      * §1.1/§8 the limited claim, under queueLock: as many jobs as the queue's limits leave room
      * for — its concurrency minus its running jobs (held ones included), its rate limit minus
-     * its starts within the period (clock_timestamp(): the lock may have been waited for) — in
+     * its starts within the period (clock_timestamp(), the instant of this statement: the window slides while claims wait their turn) — in
      * claim order, SKIP LOCKED; each start is logged and the log pruned to the period. A paused
      * or unconfigured queue gets nothing here. §1.2 the outer WHERE re-checks the status; §1.3 a
      * new claim token; §1.4 database time.
@@ -107,8 +107,8 @@ export function queueSql(s: string) {
         UPDATE ${jobs} SET
           status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
           attempted_by = ${APPEND_ATTEMPTED_BY},
-          lease_until = now() + $5::float8 * interval '1 millisecond',
-          run_started_at = (SELECT t FROM cfg), updated_at = now(), cancel_requested_at = NULL
+          lease_until = (SELECT t FROM cfg) + $5::float8 * interval '1 millisecond',
+          run_started_at = (SELECT t FROM cfg), updated_at = (SELECT t FROM cfg), cancel_requested_at = NULL
         WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
         RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
       ), logged AS (

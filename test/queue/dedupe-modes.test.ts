@@ -227,6 +227,18 @@ describe('after review: what a mode must not do', () => {
     }
   });
 
+  test('a throttle given a pg Pool as client runs in a transaction of its own', async () => {
+    // Break: treat the pool as one connection (SAVEPOINT, RELEASE on whatever connection is
+    // free): "RELEASE SAVEPOINT can only be used in transaction blocks", or a stranger's
+    // transaction joined.
+    const queue = db.queue();
+    const options = { client: db.pool, dedupeKey: 'rv:5', dedupe: { windowMs: 60_000 } };
+    const results = await Promise.all(
+      Array.from({ length: 6 }, () => queue.enqueue('dm.pool', null, options)),
+    );
+    expect(results.filter((r) => r.created)).toHaveLength(1);
+  });
+
   test('batches with modes that share keys in opposite orders never deadlock', async () => {
     // Break: decide a batch's jobs in input order instead of key order: deadlock_detected (40P01)
     // in most rounds.
