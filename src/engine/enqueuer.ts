@@ -10,6 +10,7 @@ import { isConnectionError } from '../db/database-error.js';
 import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.js';
 import { DatabaseError } from '../errors.js';
 import type { EnqueueResult } from '../types.js';
+import { CoalescedHint } from './coalesced-hint.js';
 import type { Engine } from './engine.js';
 
 /** A dedupe hit whose holder finishes between the insert and the lookup retries the insert. */
@@ -17,14 +18,15 @@ const MAX_DEDUPE_ROUNDS = 10;
 
 export class Enqueuer {
   private readonly batcher: Batcher<NewJob, EnqueueResult> | null;
-  private hinting: Promise<void> | null = null;
-  private hintAgain = false;
+  /** The wake-up hint after a batch committed (coalesced while one is in flight). */
+  private readonly hint: CoalescedHint;
   /** Automatic batches being written now. */
   private flushing = 0;
 
   constructor(private readonly engine: Engine) {
     const tuning = engine.settings.batchEnqueue;
     this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), tuning) : null;
+    this.hint = new CoalescedHint(engine, 'jobs', 'wake-up NOTIFY');
   }
 
   /**
@@ -66,7 +68,7 @@ export class Enqueuer {
   /** Resolves once no batch and no hint is in flight. */
   async idle(): Promise<void> {
     await this.batcher?.idle();
-    await this.hinting;
+    await this.hint.inFlight;
   }
 
   /** One INSERT with its NOTIFY in the same transaction; a dedupe hit reads the holder (§1.7). */
@@ -221,10 +223,10 @@ export class Enqueuer {
   private async flush(jobs: NewJob[]): Promise<Settled<EnqueueResult>[]> {
     const { pool } = this.engine;
     this.flushing++;
-    const alone = this.flushing === 1 && this.hinting === null;
+    const alone = this.flushing === 1 && this.hint.inFlight === null;
     try {
       const results = await this.insertBatch(pool, jobs, alone);
-      if (!alone && results.some((r) => r.ok && r.value.created)) this.hint();
+      if (!alone && results.some((r) => r.ok && r.value.created)) this.hint.send();
       return results;
     } catch (error) {
       if (jobs.length === 1 || isConnectionError(error)) throw error;
@@ -239,27 +241,6 @@ export class Enqueuer {
     } finally {
       this.flushing--;
     }
-  }
-
-  /** Sends the wake-up hint after a batch committed; hints that meet one in flight coalesce. */
-  private hint(): void {
-    if (this.hinting !== null) {
-      this.hintAgain = true;
-      return;
-    }
-    const { store, pool, settings, schema } = this.engine;
-    this.hinting = store.observe
-      .notify(pool, 'jobs')
-      .catch((error: unknown) => {
-        settings.logger?.warn?.({ err: error, schema }, 'skiplock: sending the wake-up NOTIFY failed');
-      })
-      .finally(() => {
-        this.hinting = null;
-        if (this.hintAgain) {
-          this.hintAgain = false;
-          this.hint();
-        }
-      });
   }
 }
 

@@ -8,6 +8,7 @@
 import { inTransaction } from '../db/executor.js';
 import type { QueueChange, QueueRow } from '../store/queues.js';
 import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
+import { CoalescedHint } from './coalesced-hint.js';
 import type { Engine } from './engine.js';
 
 /** The NOTIFY payload that makes running workers re-read the queues' settings and claim. */
@@ -78,12 +79,13 @@ export class LimitedQueues {
   private reading: Promise<QueueRow[]> | null = null;
   /** Bumped by invalidate(): a read that began before it does not count as fresh. */
   private generation = 0;
-  private hinting: Promise<void> | null = null;
-  private hintAgain = false;
+  private readonly roomHint: CoalescedHint;
   /** Limited queues where a job finished on this worker since its last claim there. */
   private readonly freedHere = new Set<string>();
 
-  constructor(private readonly engine: Engine) {}
+  constructor(private readonly engine: Engine) {
+    this.roomHint = new CoalescedHint(engine, ROOM_HINT, 'room hint');
+  }
 
   invalidate(): void {
     this.readAt = Number.NEGATIVE_INFINITY;
@@ -126,27 +128,7 @@ export class LimitedQueues {
    * the rest coalesced), so that one waiting for room claims now rather than at its poll.
    */
   roomFreed(): void {
-    if (this.hinting !== null) {
-      this.hintAgain = true;
-      return;
-    }
-    const { engine } = this;
-    if (engine.isClosed) return;
-    this.hinting = engine.store.observe
-      .notify(engine.pool, ROOM_HINT)
-      .catch((error: unknown) => {
-        engine.settings.logger?.warn?.(
-          { err: error, schema: engine.schema },
-          'skiplock: sending the room hint failed',
-        );
-      })
-      .finally(() => {
-        this.hinting = null;
-        if (this.hintAgain) {
-          this.hintAgain = false;
-          this.roomFreed();
-        }
-      });
+    this.roomHint.send();
   }
 }
 

@@ -11,22 +11,15 @@
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, expect, test } from 'vitest';
 import { useTestDatabase } from '../support/database.js';
-import { killChildren, startFixture } from '../support/spawn.js';
+import { killChildren, startReadyFixture } from '../support/spawn.js';
 
 const db = useTestDatabase();
 const children: ChildProcess[] = [];
 
 async function startWorker(): Promise<ChildProcess> {
-  const fixture = startFixture('test/queue/fixtures/limited-worker.ts', { DATABASE_URL: db.url });
-  children.push(fixture.child);
-  const deadline = Date.now() + 30_000;
-  while (!fixture.stdout().includes('ready')) {
-    if (fixture.child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`limited worker did not start: ${fixture.stderr()}`);
-    }
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-  return fixture.child;
+  const child = await startReadyFixture('test/queue/fixtures/limited-worker.ts', { DATABASE_URL: db.url });
+  children.push(child);
+  return child;
 }
 
 beforeAll(async () => {

@@ -12,7 +12,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { afterAll, expect, test } from 'vitest';
 import { useTestDatabase } from '../support/database.js';
-import { killChildren, startFixture } from '../support/spawn.js';
+import { killChildren, startReadyFixture } from '../support/spawn.js';
 
 const db = useTestDatabase();
 const FIXTURE = 'test/schedule/fixtures/schedule-worker.ts';
@@ -21,16 +21,9 @@ afterAll(() => killChildren(children));
 
 /** Starts a worker process; resolves once it printed `ready`. */
 async function startWorker(): Promise<ChildProcess> {
-  const fixture = startFixture(FIXTURE, { DATABASE_URL: db.url });
-  children.push(fixture.child);
-  const deadline = Date.now() + 30_000;
-  while (!fixture.stdout().includes('ready')) {
-    if (fixture.child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`schedule worker did not start: ${fixture.stderr()}`);
-    }
-    await sleep(50);
-  }
-  return fixture.child;
+  const child = await startReadyFixture(FIXTURE, { DATABASE_URL: db.url });
+  children.push(child);
+  return child;
 }
 
 function sleep(ms: number): Promise<void> {

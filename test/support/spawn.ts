@@ -32,6 +32,27 @@ export function startFixture(file: string, env: Record<string, string>): Running
   return { child, stdout: () => stdout, stderr: () => stderr, exited };
 }
 
+/**
+ * Starts a fixture that prints `ready` once it is up (a worker process); resolves with its child
+ * process then, or throws with its stderr if it exits or takes longer than `timeoutMs`.
+ */
+export async function startReadyFixture(
+  file: string,
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<import('node:child_process').ChildProcess> {
+  const fixture = startFixture(file, env);
+  const deadline = Date.now() + timeoutMs;
+  while (!fixture.stdout().includes('ready')) {
+    if (fixture.child.exitCode !== null || Date.now() > deadline) {
+      fixture.child.kill('SIGKILL');
+      throw new Error(`${file} did not start: ${fixture.stderr()}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return fixture.child;
+}
+
 /** Runs a TypeScript fixture in a child Node process (through tsx); resolves with its output. */
 export async function runFixture(
   file: string,
