@@ -116,10 +116,13 @@ export class Engine {
     return this.store.lease.renewLeases(this.pool, workerId, leases, leaseMs);
   }
 
-  /** Milliseconds (database time) until the next pending job of these tasks/queues is due; null if none. */
-  nextDueInMs(tasks: string[] | null, queues: string[] | null): Promise<number | null> {
+  /**
+   * Milliseconds (database time) until the next pending job of these tasks/queues is due; null if
+   * none. Jobs that became due within the last `sinceMs` give 0 (see ClaimLoop.armDueTimer).
+   */
+  nextDueInMs(tasks: string[] | null, queues: string[] | null, sinceMs = 0): Promise<number | null> {
     this.assertOpen();
-    return this.store.claim.nextDueInMs(this.pool, tasks, queues);
+    return this.store.claim.nextDueInMs(this.pool, tasks, queues, sinceMs);
   }
 
   /** Reclaims running jobs whose lease expired (SPEC §1.5); returns their ids. */

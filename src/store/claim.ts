@@ -40,11 +40,15 @@ export function claimSql(s: string) {
 
     /**
      * §1.4/§1.9 milliseconds (database time) until the earliest pending job of these tasks and
-     * queues becomes due, for the worker's wake-up timer; null when none is waiting.
+     * queues becomes due, for the worker's wake-up timer; null when none is waiting. A job that
+     * became due *by time* (delayed or retried: run_after after created_at) in the last $3 ms
+     * counts as due now (0; the caller clamps): the claim before this read may have run just before its due time, and
+     * left out here it would wait for the slow poll. Jobs due on insert have their NOTIFY.
      */
     nextDueInMs: `
       SELECT extract(epoch FROM min(run_after) - now()) * 1000 AS ms FROM ${jobs}
-      WHERE status = 'pending' AND run_after > now()
+      WHERE status = 'pending' AND run_after > now() - $3::float8 * interval '1 millisecond'
+        AND (run_after > now() OR run_after > created_at)
         AND ($1::text[] IS NULL OR task = ANY($1::text[]))
         AND ($2::text[] IS NULL OR queue = ANY($2::text[]))`,
   };
@@ -63,9 +67,21 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     return rows.map(toClaimedJob);
   }
 
-  /** Milliseconds until the next pending job of these tasks/queues is due, or null. */
-  async nextDueInMs(db: Executor, tasks: string[] | null, queues: string[] | null): Promise<number | null> {
-    const rows = await this.run<{ ms: string | number | null }>(db, this.sql.nextDueInMs, [tasks, queues]);
+  /**
+   * Milliseconds until the next pending job of these tasks/queues is due, or null; jobs that
+   * became due within the last `sinceMs` (when the caller's claim was sent) give 0.
+   */
+  async nextDueInMs(
+    db: Executor,
+    tasks: string[] | null,
+    queues: string[] | null,
+    sinceMs = 0,
+  ): Promise<number | null> {
+    const rows = await this.run<{ ms: string | number | null }>(db, this.sql.nextDueInMs, [
+      tasks,
+      queues,
+      Math.max(0, sinceMs),
+    ]);
     const ms = rows[0]?.ms;
     return ms === null || ms === undefined ? null : Math.max(0, Number(ms));
   }

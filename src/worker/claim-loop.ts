@@ -23,8 +23,11 @@ export type ClaimResult = ClaimedJob[] | { jobs: ClaimedJob[]; waitMs: number | 
 export interface ClaimLoopDeps {
   /** Claims up to `limit` jobs. */
   claim(limit: number): Promise<ClaimResult>;
-  /** Milliseconds until the next pending job is due (database time), or null. */
-  nextDueInMs(): Promise<number | null>;
+  /**
+   * Milliseconds until the next pending job is due (database time), or null; a job that became
+   * due within the last `sinceMs` gives 0.
+   */
+  nextDueInMs(sinceMs: number): Promise<number | null>;
   freeSlots(): number;
   /**
    * Takes the jobs of one claim (must not throw). `sentAt` (performance.now()) is when the claim
@@ -151,7 +154,7 @@ export class ClaimLoop {
       if (jobs.length > 0) this.deps.accept(jobs, sentAt);
       if (jobs.length < free && !leftWork) {
         this.mayHaveWork = false; // drained: wait for a hint, the next due time or the poll
-        await this.armDueTimer();
+        await this.armDueTimer(sentAt);
       }
     } while (this.again && !this.stopped);
   }
@@ -172,11 +175,17 @@ export class ClaimLoop {
     }, delay);
   }
 
-  /** Sets the wake-up timer to the earliest future run_after (database time). */
-  private async armDueTimer(): Promise<void> {
+  /**
+   * Sets the wake-up timer to the earliest future run_after (database time). The claim that came
+   * back short was sent at `claimSentAt`: a job that became due since then was not seen by it
+   * (a timer fires up to a millisecond early, a due time falls between the two statements), and
+   * reading only jobs due after *now* would leave it to the slow poll — a retry 30 s late.
+   * So jobs due since the claim was sent count as due now: one more claim takes them.
+   */
+  private async armDueTimer(claimSentAt: number): Promise<void> {
     let ms: number | null;
     try {
-      ms = await this.deps.nextDueInMs();
+      ms = await this.deps.nextDueInMs(performance.now() - claimSentAt);
     } catch (error) {
       this.deps.onError(error, 'reading the next due time');
       return;

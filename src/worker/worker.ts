@@ -31,7 +31,7 @@ import { COUNTED, type WorkerEvents, type WorkerStats } from './events.js';
 
 export type { WorkerStats } from './events.js';
 
-import { type JobRun, leaseClockMs } from './job-run.js';
+import { leaseClockMs } from './job-run.js';
 import { LeaseKeeper } from './lease-keeper.js';
 import { LeaseLoss } from './lease-loss.js';
 import { ListenProbe } from './listen-probe.js';
@@ -140,7 +140,7 @@ export class Worker extends EventEmitter {
           tasks: settings.taskNames,
           queues: settings.queues,
         }),
-      nextDueInMs: () => engine.nextDueInMs(settings.taskNames, settings.queues),
+      nextDueInMs: (sinceMs) => engine.nextDueInMs(settings.taskNames, settings.queues, sinceMs),
       freeSlots: () => this.dispatcher.capacity(),
       accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),

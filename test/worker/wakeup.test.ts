@@ -20,6 +20,8 @@
  *  - NotificationListener.scheduleReconnect() made a no-op: no `listen:connected` after the kill.
  *  - Worker.notified() ignoring 'jobs' hints: every wake-up figure went to the 5 s poll.
  *  - ClaimLoop.start() with a fixed 30 s poll interval: the `listen: false` job did not start.
+ *  - nextDueInMs reading only `run_after > now()` (no look-back to the claim's send time): the
+ *    job that became due between a claim and that read waited for the 60 s poll.
  */
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -342,6 +344,42 @@ describe('§1.9 LISTEN connection', () => {
     const latency = (await within(started.promise, 1_500, 'the polled job started')) - t0;
     console.log(`listen: false, pollIntervalMs 200: job started ${fmt(latency)} after its enqueue`);
     expect(latency).toBeLessThan(1_000);
+    await worker.stop();
+  });
+
+  test('a job that becomes due between a claim and the next-due read starts at once, not at the poll', async () => {
+    // CI found a retry (10 ms backoff) that never ran within 5 s: its wake-up timer fired a
+    // fraction of a millisecond before run_after (timers run on a truncated, cached clock), the
+    // claim found nothing due, and the next-due read that followed only looked at jobs due
+    // *after* its own now() — the retry, due by then, was left to the 30 s poll. Here the claim
+    // is slowed so the job's due time falls between the two statements every time.
+    const queue = db.queue();
+    const engine = engineOf(queue);
+    const claim = engine.claim.bind(engine);
+    let slowOnce = false;
+    engine.claim = async (...args: Parameters<Engine['claim']>) => {
+      const jobs = await claim(...args);
+      if (jobs.length === 0 && slowOnce) {
+        slowOnce = false;
+        await sleep(600);
+      }
+      return jobs;
+    };
+    const started = gate();
+    const worker = await startWorker(db, {
+      queue,
+      listen: false,
+      pollIntervalMs: 60_000,
+      tasks: { 'wake.due-between': () => started.open() },
+    });
+    // Another Queue enqueues: the worker hears of the job from no hint (listen: false) and no
+    // in-process wake-up, and has no timer for it — only from the claim and the read after it.
+    await db.queue().enqueue('wake.due-between', {}, { delayMs: 300 });
+    slowOnce = true;
+    const t0 = performance.now();
+    void worker.tick.claim(); // comes back empty after 600 ms; the job was due at 300 ms
+    await within(started.promise, 3_000, 'the job that became due during the claim started');
+    console.log(`job due during a slow empty claim started ${fmt(performance.now() - t0)} after it`);
     await worker.stop();
   });
 });
