@@ -21,6 +21,8 @@ export interface Job<P = unknown> {
   payload: P;
   result: unknown;
   dedupeKey: string | null;
+  /** The group key given at enqueue (a tenant, say), or null (SPEC §8). */
+  group: string | null;
   /** Claims so far (a claim spends an attempt; `release` gives it back; `requeue` resets it). */
   attempts: number;
   maxAttempts: number;
@@ -75,6 +77,11 @@ export interface EnqueueOptions {
   timeoutMs?: number | null;
   /** How `dedupeKey` dedupes beyond "one active job per key" (SPEC §8). Needs `dedupeKey`. */
   dedupe?: DedupeOptions | null;
+  /**
+   * A group key (a tenant, a customer; SPEC §8): within one priority, jobs of different groups
+   * are claimed round-robin, and the queue's groupConcurrency / groupRateLimit apply per group.
+   */
+  group?: string | null;
 }
 
 /** Dedupe modes (SPEC §8), each enforced by the database. */

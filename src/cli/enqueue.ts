@@ -6,6 +6,7 @@ import { duration, integer, json, positiveInt } from './parse.js';
 interface Flags {
   priority?: number;
   dedupeKey?: string;
+  group?: string;
   delay?: number;
   maxAttempts?: number;
   queue?: string;
@@ -21,6 +22,7 @@ export function registerEnqueue(program: Command): void {
     .argument('[payload]', 'JSON payload (default: null)', json)
     .option('--priority <n>', 'lower runs first (default 100)', integer)
     .option('--dedupe-key <key>', 'at most one active job per key; a hit prints the holder')
+    .option('--group <key>', 'group key (a tenant): round-robin between groups, per-group limits')
     .option('--delay <duration>', 'run after this delay, e.g. 30s, 5m', duration)
     .option('--max-attempts <n>', 'attempts before the job goes dead (default 3)', positiveInt)
     .option('--queue <name>', "queue name (default 'default')")
@@ -31,6 +33,7 @@ export function registerEnqueue(program: Command): void {
 Examples:
   $ skiplock enqueue email.send '{"to":"ada@example.com"}'
   $ skiplock enqueue report.build '{"month":"2026-11"}' --priority 10 --delay 5m --dedupe-key report:2026-11
+  $ skiplock enqueue invoice.render '{"id":7}' --queue invoices --group tenant-42
   $ skiplock enqueue cleanup --queue maintenance --json`,
     )
     .action(async (task: string, payload: unknown, flags: Flags, command: Command) => {
@@ -38,6 +41,7 @@ Examples:
         const jobOptions: EnqueueOptions = {
           ...(flags.priority === undefined ? {} : { priority: flags.priority }),
           ...(flags.dedupeKey === undefined ? {} : { dedupeKey: flags.dedupeKey }),
+          ...(flags.group === undefined ? {} : { group: flags.group }),
           ...(flags.delay === undefined ? {} : { delayMs: flags.delay }),
           ...(flags.maxAttempts === undefined ? {} : { maxAttempts: flags.maxAttempts }),
           ...(flags.queue === undefined ? {} : { queue: flags.queue }),

@@ -82,6 +82,7 @@ export function jobDetail(job: Job, now = new Date()): string {
     ['priority', String(job.priority)],
     ['attempts', `${job.attempts} of ${job.maxAttempts}`],
     ['dedupe key', job.dedupeKey ?? '—'],
+    ['group', job.group ?? '—'],
     ['run after', time(job.runAfter)],
     ['worker', job.workerId ?? '—'],
     ['lease until', time(job.leaseUntil)],

@@ -15,6 +15,8 @@ const NONE = 'none';
 interface ConfigureFlags {
   concurrency?: number | typeof NONE;
   rateLimit?: { limit: number; periodMs: number } | typeof NONE;
+  groupConcurrency?: number | typeof NONE;
+  groupRateLimit?: { limit: number; periodMs: number } | typeof NONE;
 }
 
 export function registerQueues(program: Command): void {
@@ -53,16 +55,19 @@ export function registerQueues(program: Command): void {
 
   program
     .command('configure-queue')
-    .description('set or clear the global limits of a queue (across every worker)')
+    .description('set or clear the global and per-group limits of a queue (across every worker)')
     .argument('<queue>', 'queue name')
     .option('--concurrency <n|none>', 'most jobs of the queue running at once', limitOrNone)
     .option('--rate-limit <n/duration|none>', 'most starts per period, e.g. 50/1s or 1000/1h', rateOrNone)
+    .option('--group-concurrency <n|none>', 'most jobs of one group key running at once', limitOrNone)
+    .option('--group-rate-limit <n/duration|none>', 'most starts of one group key per period', rateOrNone)
     .addHelpText(
       'after',
       `
 Examples:
   $ skiplock configure-queue webhooks --concurrency 5
   $ skiplock configure-queue emails --rate-limit 50/1s
+  $ skiplock configure-queue invoices --group-concurrency 1 --group-rate-limit 10/1m
   $ skiplock configure-queue emails --concurrency none --rate-limit none`,
     )
     .action(async (name: string, flags: ConfigureFlags, command: Command) => {
@@ -73,6 +78,12 @@ Examples:
         ...(flags.rateLimit === undefined
           ? {}
           : { rateLimit: flags.rateLimit === NONE ? null : flags.rateLimit }),
+        ...(flags.groupConcurrency === undefined
+          ? {}
+          : { groupConcurrency: flags.groupConcurrency === NONE ? null : flags.groupConcurrency }),
+        ...(flags.groupRateLimit === undefined
+          ? {}
+          : { groupRateLimit: flags.groupRateLimit === NONE ? null : flags.groupRateLimit }),
       };
       await withQueue(command, async (queue, options) => {
         const config = await queue.configureQueue(name, change);
@@ -100,11 +111,15 @@ function rateOrNone(value: string): { limit: number; periodMs: number } | typeof
   return { limit, periodMs };
 }
 
-function limits(q: Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit'>): string {
+type Limits = Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit' | 'groupConcurrency' | 'groupRateLimit'>;
+
+function limits(q: Limits): string {
   const parts = [
     q.paused ? 'paused' : 'active',
     q.concurrency === null ? null : `concurrency ${q.concurrency}`,
-    q.rateLimit === null ? null : `${q.rateLimit.limit} per ${formatDuration(q.rateLimit.periodMs)}`,
+    q.rateLimit === null ? null : `${rate(q.rateLimit)}`,
+    q.groupConcurrency === null ? null : `group concurrency ${q.groupConcurrency}`,
+    q.groupRateLimit === null ? null : `${rate(q.groupRateLimit)} per group`,
   ];
   return parts.filter((part) => part !== null).join(', ');
 }
@@ -112,14 +127,28 @@ function limits(q: Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit'>): str
 function render(queues: QueueInfo[]): string {
   if (queues.length === 0) return 'No queues: none is configured and none has pending or running jobs.';
   return table(
-    ['QUEUE', 'STATE', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT'],
+    ['QUEUE', 'STATE', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT', 'PER GROUP'],
     queues.map((q) => [
       q.name,
       q.paused ? style.yellow('paused') : 'active',
       String(q.pending),
       String(q.running),
       q.concurrency === null ? '–' : String(q.concurrency),
-      q.rateLimit === null ? '–' : `${q.rateLimit.limit} per ${formatDuration(q.rateLimit.periodMs)}`,
+      q.rateLimit === null ? '–' : rate(q.rateLimit),
+      perGroup(q),
     ]),
   );
+}
+
+function rate(limit: { limit: number; periodMs: number }): string {
+  return `${limit.limit} per ${formatDuration(limit.periodMs)}`;
+}
+
+/** The per-group limits in one cell: `1 running, 10 per 1m`, or – when there are none. */
+function perGroup(q: Limits): string {
+  const parts = [
+    q.groupConcurrency === null ? null : `${q.groupConcurrency} running`,
+    q.groupRateLimit === null ? null : rate(q.groupRateLimit),
+  ].filter((part) => part !== null);
+  return parts.length === 0 ? '–' : parts.join(', ');
 }

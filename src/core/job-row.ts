@@ -27,6 +27,7 @@ export interface JobRow {
   attempted_by: string[] | null;
   /** Claims so far, as text: the claim token of the latest claim. */
   claims: string;
+  group_key: string | null;
 }
 
 /** Maps a row to the public {@link Job} shape. */
@@ -40,6 +41,7 @@ export function toJob(row: JobRow): Job {
     payload: row.payload,
     result: row.result,
     dedupeKey: row.dedupe_key,
+    group: row.group_key ?? null,
     attempts: Number(row.attempts),
     maxAttempts: Number(row.max_attempts),
     runAfter: toDate(row.run_after),

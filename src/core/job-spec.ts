@@ -30,6 +30,8 @@ export interface NewJob {
   /** Start relative to the database's now(), or null (then: now). */
   delayMs: number | null;
   timeoutMs: number | null;
+  /** The group key (§8), or null. */
+  group: string | null;
   /** A dedupe mode beyond "one active job per key" (§8), or null. */
   dedupe: { windowMs: number | null; replace: boolean; maxWaitMs: number | null } | null;
 }
@@ -54,12 +56,6 @@ const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
  */
 export function toNewJob(task: unknown, payload: unknown, options: EnqueueOptions, prefix = ''): NewJob {
   const at = (field: string) => `${prefix}${field}`;
-  if ((options as { group?: unknown }).group !== undefined) {
-    throw new ValidationError(
-      at('group'),
-      'is not supported yet: group keys come in a later release; leave it out',
-    );
-  }
   if (options.runAt !== undefined && options.delayMs !== undefined) {
     throw new ValidationError(at('runAt'), 'give either runAt or delayMs, not both');
   }
@@ -83,8 +79,32 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
       options.timeoutMs === undefined || options.timeoutMs === null
         ? null
         : requireInt(options.timeoutMs, at('timeoutMs'), 1),
+    group: groupArg(options, at),
     dedupe: dedupeMode(options, at),
   };
+}
+
+/** Longest group key, in UTF-8 bytes: it sits in the grouped claim index next to the queue name. */
+export const MAX_GROUP_BYTES = 200;
+/** A queue name and group key together must fit one btree index entry (2,704 bytes) with room. */
+const MAX_QUEUE_AND_GROUP_BYTES = 2_400;
+
+/** `group` (§8): a name of at most MAX_GROUP_BYTES bytes, or null. */
+function groupArg(options: EnqueueOptions, at: (field: string) => string): string | null {
+  if (options.group === undefined || options.group === null) return null;
+  const group = requireName(options.group, at('group'));
+  const bytes = Buffer.byteLength(group);
+  if (bytes > MAX_GROUP_BYTES) {
+    throw new ValidationError(at('group'), `must be at most ${MAX_GROUP_BYTES} bytes in UTF-8, got ${bytes}`);
+  }
+  const queueBytes = Buffer.byteLength(options.queue ?? DEFAULT_QUEUE);
+  if (queueBytes + bytes > MAX_QUEUE_AND_GROUP_BYTES) {
+    throw new ValidationError(
+      at('queue'),
+      `with a group, the queue name must be at most ${MAX_QUEUE_AND_GROUP_BYTES - bytes} bytes in UTF-8 (it is indexed with the group), got ${queueBytes}`,
+    );
+  }
+  return group;
 }
 
 /** A duration of at least 1 ms (up to requireMs's hundred years). */

@@ -122,7 +122,7 @@ export function schedulePageArgs(options: { after?: string; limit?: number } | u
 /** Longest rate-limit period: a day. */
 const MAX_PERIOD_MS = 86_400_000;
 
-/** `configureQueue(name, options)`: what to change; group limits are refused (not supported yet). */
+/** `configureQueue(name, options)`: what to change (`undefined` keeps a setting, `null` clears it). */
 export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueChange {
   const opts = optionsObject(options, 'options');
   rejectUnknownKeys(
@@ -130,14 +130,6 @@ export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueC
     ['paused', 'concurrency', 'rateLimit', 'groupConcurrency', 'groupRateLimit'],
     'options',
   );
-  for (const field of ['groupConcurrency', 'groupRateLimit'] as const) {
-    if (opts[field] !== undefined && opts[field] !== null) {
-      throw new ValidationError(
-        field,
-        'is not supported yet: group keys and their limits come in a later release',
-      );
-    }
-  }
   const change: QueueChange = {};
   if (opts.paused !== undefined) {
     if (typeof opts.paused !== 'boolean')
@@ -148,16 +140,25 @@ export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueC
     change.concurrency =
       opts.concurrency === null ? null : requireInt(opts.concurrency, 'concurrency', 1, 1_000_000);
   }
-  if (opts.rateLimit !== undefined) {
-    if (opts.rateLimit === null) change.rateLimit = null;
-    else {
-      const rate = optionsObject(opts.rateLimit, 'rateLimit');
-      rejectUnknownKeys(rate, ['limit', 'periodMs'], 'rateLimit');
-      change.rateLimit = {
-        limit: requireInt(rate.limit, 'rateLimit.limit', 1, 1_000_000),
-        periodMs: requireInt(rate.periodMs, 'rateLimit.periodMs', 1, MAX_PERIOD_MS),
-      };
-    }
+  if (opts.rateLimit !== undefined) change.rateLimit = rateArg(opts.rateLimit, 'rateLimit');
+  if (opts.groupConcurrency !== undefined) {
+    change.groupConcurrency =
+      opts.groupConcurrency === null
+        ? null
+        : requireInt(opts.groupConcurrency, 'groupConcurrency', 1, 1_000_000);
   }
+  if (opts.groupRateLimit !== undefined)
+    change.groupRateLimit = rateArg(opts.groupRateLimit, 'groupRateLimit');
   return change;
+}
+
+/** `{ limit, periodMs }` or null (cleared). */
+function rateArg(value: unknown, field: string): { limit: number; periodMs: number } | null {
+  if (value === null) return null;
+  const rate = optionsObject(value as { limit?: unknown; periodMs?: unknown }, field);
+  rejectUnknownKeys(rate, ['limit', 'periodMs'], field);
+  return {
+    limit: requireInt(rate.limit, `${field}.limit`, 1, 1_000_000),
+    periodMs: requireInt(rate.periodMs, `${field}.periodMs`, 1, MAX_PERIOD_MS),
+  };
 }

@@ -19,7 +19,7 @@ import { fromReadReplica } from '../db/replica-error.js';
 import { QueueClosedError, ValidationError } from '../errors.js';
 import { type MigrateResult, migrate } from '../migrations/migrate.js';
 import { JobStore, type LeaseRenewal } from '../store/job-store.js';
-import type { Lease } from '../types.js';
+import type { ClaimedJob, Lease } from '../types.js';
 import { Completer } from './completer.js';
 import { Enqueuer } from './enqueuer.js';
 import { LimitedQueues } from './queues.js';
@@ -105,9 +105,42 @@ export class Engine {
   // The worker protocol: what a Worker asks of its queue's engine besides the completer.
 
   /** Claims up to `limit` jobs for `workerId` (SPEC §1.1). */
-  claim(workerId: string, limit: number, leaseMs: number, tasks: string[] | null, queues: string[] | null) {
+  async claim(
+    workerId: string,
+    limit: number,
+    leaseMs: number,
+    tasks: string[] | null,
+    queues: string[] | null,
+  ): Promise<ClaimedJob[]> {
     this.assertOpen();
-    return this.store.claim.claim(this.pool, workerId, limit, leaseMs, tasks, queues);
+    const jobs = await this.store.claim.claim(
+      this.pool,
+      workerId,
+      limit,
+      leaseMs,
+      tasks,
+      queues,
+      this.lastGroup,
+    );
+    this.served(jobs);
+    return jobs;
+  }
+
+  /**
+   * §8 the group of the last grouped job this engine claimed: its next claim's round-robin starts
+   * after it, so that claims of one job at a time rotate between groups too.
+   */
+  lastGroup: string | null = null;
+
+  /** Remembers where the round-robin between groups stopped (jobs in pick order). */
+  served(jobs: readonly ClaimedJob[]): void {
+    for (let i = jobs.length - 1; i >= 0; i--) {
+      const group = jobs[i]?.group;
+      if (group) {
+        this.lastGroup = group;
+        return;
+      }
+    }
   }
 
   /** The heartbeat: renews `workerId`'s leases in one statement; one answer per lease. */

@@ -31,8 +31,11 @@ export function toQueueConfig(row: QueueRow): QueueConfig {
       row.rate_limit === null || row.rate_period_ms === null
         ? null
         : { limit: row.rate_limit, periodMs: row.rate_period_ms },
-    groupConcurrency: null,
-    groupRateLimit: null,
+    groupConcurrency: row.group_concurrency,
+    groupRateLimit:
+      row.group_rate_limit === null || row.group_rate_period_ms === null
+        ? null
+        : { limit: row.group_rate_limit, periodMs: row.group_rate_period_ms },
   };
 }
 
@@ -42,7 +45,8 @@ export async function configureQueue(
   change: QueueChange,
 ): Promise<QueueConfig> {
   const row = await engine.store.queues.configure(engine.pool, name, change);
-  if (row.rate_limit === null) await engine.store.queues.tidy(engine.pool, name);
+  if (row.rate_limit === null || row.group_rate_limit === null)
+    await engine.store.queues.tidy(engine.pool, name);
   engine.limits.invalidate();
   // A resumed queue or a changed limit: running workers re-read the settings and claim.
   await engine.hint(QUEUE_HINT, 'queue');
@@ -59,7 +63,16 @@ export async function listQueues(engine: Engine): Promise<QueueInfo[]> {
     let info = byName.get(name);
     if (!info) {
       info = {
-        ...toQueueConfig({ name, paused: false, concurrency: null, rate_limit: null, rate_period_ms: null }),
+        ...toQueueConfig({
+          name,
+          paused: false,
+          concurrency: null,
+          rate_limit: null,
+          rate_period_ms: null,
+          group_concurrency: null,
+          group_rate_limit: null,
+          group_rate_period_ms: null,
+        }),
         pending: 0,
         running: 0,
       };
@@ -250,11 +263,13 @@ export async function claimLimited(
       limit,
       claim.tasks,
       claim.leaseMs,
+      engine.lastGroup,
     );
+    engine.served(jobs);
     if (jobs.length === limit) return { jobs, waitMs: null, roomLeft: roomLeft ?? 0 };
     // Took less than asked: the room its rows reported, or (no row) a look; a rate-limited queue
     // without room says when its window reopens.
-    if (roomLeft !== null && (roomLeft > 0 || queue.rate_limit === null))
+    if (roomLeft !== null && (roomLeft > 0 || queue.rate_limit === null) && queue.group_rate_limit === null)
       return { jobs, waitMs: null, roomLeft };
     const { room, waitMs } = await store.queues.room(tx, queue.name);
     return { jobs, waitMs, roomLeft: room };

@@ -9,6 +9,7 @@ import { pickFunction } from './005-pick-function.js';
 import { schedules } from './006-schedules.js';
 import { queues } from './007-queues.js';
 import { dedupeWindows } from './008-dedupe-windows.js';
+import { groups } from './009-groups.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -21,6 +22,7 @@ export const MIGRATIONS: readonly Migration[] = [
   schedules,
   queues,
   dedupeWindows,
+  groups,
 ];
 
 /** The schema version this package needs. */

@@ -18,12 +18,21 @@ export function claimSql(s: string) {
      * the ordered walk of the claim index, whatever the statistics) and claim in the same
      * UPDATE; §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1,
      * never reused); §1.4 lease and run_after in database time.
-     * Rows come back in claim order (microsecond run_after, numeric id).
-     * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms.
+     * Rows come back in the pick's order (priority, run_after, id; with group keys, round by
+     * round): a worker that holds some back starts the first ones first.
+     * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
+     * this claimer served last (round-robin starts after it; or null).
      */
     claim: `
       WITH picked AS MATERIALIZED (
-        SELECT p.id FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) AS p(id)
+        -- §8 with no grouped job pending anywhere, the plain pick (the probe: one descent of an
+        -- empty index); else the pick that takes grouped jobs round-robin (migration 9)
+        SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) WITH ORDINALITY AS p(id, ord)
+        WHERE NOT EXISTS (SELECT 1 FROM ${jobs} AS g WHERE g.status = 'pending' AND g.group_key IS NOT NULL)
+        UNION ALL
+        SELECT p.id AS pick_id, p.ord AS pick_ord
+        FROM ${s}.pick_mixed($2::int, $3::text[], $4::text[], $6::text) WITH ORDINALITY AS p(id, ord)
+        WHERE EXISTS (SELECT 1 FROM ${jobs} AS g WHERE g.status = 'pending' AND g.group_key IS NOT NULL)
       )
       , claimed AS (
         UPDATE ${jobs} SET
@@ -33,10 +42,11 @@ export function claimSql(s: string) {
           run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
         -- by primary key whatever the statistics (a status test the planner can match to a
         -- partial index made it scan every pending row on a never-analyzed table)
-        WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
-        RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
+        WHERE id = ANY (ARRAY(SELECT pick_id FROM picked)) AND (status || '') = 'pending'
+        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
       )
-      SELECT ${JOB_COLUMN_NAMES} FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
+      SELECT ${JOB_COLUMN_NAMES} FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
+      ORDER BY picked.pick_ord`,
 
     /**
      * §1.4/§1.9 milliseconds (database time) until the earliest pending job of these tasks and
@@ -62,8 +72,16 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     leaseMs: number,
     tasks: string[] | null,
     queues: string[] | null,
+    afterGroup: string | null = null,
   ): Promise<ClaimedJob[]> {
-    const rows = await this.run<JobRow>(db, this.sql.claim, [workerId, limit, tasks, queues, leaseMs]);
+    const rows = await this.run<JobRow>(db, this.sql.claim, [
+      workerId,
+      limit,
+      tasks,
+      queues,
+      leaseMs,
+      afterGroup,
+    ]);
     return rows.map(toClaimedJob);
   }
 

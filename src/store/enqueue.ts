@@ -17,12 +17,12 @@ export function enqueueSql(s: string) {
      * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
      * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit.
      * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
-     * $8 delay_ms, $9 timeout_ms, $10 channel.
+     * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key.
      */
     insertOne: `
       WITH ins AS (
-        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
-        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9)
+        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms, group_key)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9, $11)
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       )
@@ -32,18 +32,20 @@ export function enqueueSql(s: string) {
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
      * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch,
      * in its transaction — or none when $10 is null (the caller then hints after the commit).
+     * $11 group keys.
      */
     insertMany: `
       WITH input AS MATERIALIZED (
         SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
-                    $7::timestamptz[], $8::float8[], $9::int[])
+                    $7::timestamptz[], $8::float8[], $9::int[], $11::text[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
-                                  run_at, delay_ms, timeout_ms, ord)
+                                  run_at, delay_ms, timeout_ms, group_key, ord)
       ), ins AS (
-        INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
+                             group_key)
         SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
-               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms
+               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key
         -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
         -- one order and never deadlock (a key repeated in the batch: its first entry wins)
         FROM input ORDER BY dedupe_key, ord
@@ -62,22 +64,24 @@ export function enqueueSql(s: string) {
      * replaces that holder's payload, priority and run time in the same statement (the row lock
      * of ON CONFLICT: a claim racing it either took the job first — then it is running and the
      * WHERE leaves it alone — or skips it until this commits). Only a holder of the same task
-     * and queue that has not run yet (no retry waiting for its backoff) is replaced. `created`
+     * queue and group that has not run yet (no retry waiting for its backoff) is replaced. `created`
      * tells an insert from a replacement; no row: the holder was not replaced. A run time is
      * never past created_at + $10 ms (maxWaitMs; the holder's created_at on a replacement).
      * §1.9 NOTIFY when a row changed.
-     * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel.
+     * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel, $12 group_key.
      */
     insertDebounced: `
       WITH ins AS (
-        INSERT INTO ${jobs} AS j (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms)
+        INSERT INTO ${jobs} AS j (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
+                                  group_key)
         VALUES ($1, $2, $3::jsonb, $4, $5, $6,
-                least(${RUN_AFTER('$7', '$8')}, now() + $10::float8 * interval '1 millisecond'), $9)
+                least(${RUN_AFTER('$7', '$8')}, now() + $10::float8 * interval '1 millisecond'), $9, $12)
         ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND ${ACTIVE}
         DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
           run_after = least(${RUN_AFTER('$7', '$8')}, j.created_at + $10::float8 * interval '1 millisecond'),
           updated_at = now()
         WHERE j.status = 'pending' AND j.attempts = 0 AND j.task = EXCLUDED.task AND j.queue = EXCLUDED.queue
+          AND j.group_key IS NOT DISTINCT FROM EXCLUDED.group_key
         RETURNING j.id, (j.xmax = 0) AS created
       )
       SELECT id::text AS id, created, pg_notify($11, 'jobs') FROM ins`,
@@ -125,7 +129,11 @@ function jobValues(job: NewJob): unknown[] {
 export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueueSql>> {
   /** Inserts one job; `null` on a dedupe hit (the caller then looks the holder up). */
   async insertOne(db: Executor, job: NewJob): Promise<string | null> {
-    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [...jobValues(job), this.channel]);
+    const rows = await this.run<{ id: string }>(db, this.sql.insertOne, [
+      ...jobValues(job),
+      this.channel,
+      job.group,
+    ]);
     return rows[0]?.id ?? null;
   }
 
@@ -150,6 +158,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       column((j) => j.delayMs),
       column((j) => j.timeoutMs),
       notify ? this.channel : null,
+      column((j) => j.group),
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
   }
@@ -163,6 +172,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       ...jobValues(job),
       job.dedupe?.maxWaitMs ?? null,
       this.channel,
+      job.group,
     ]);
     const row = rows[0];
     return row ? { id: String(row.id), created: row.created } : null;

@@ -15,13 +15,13 @@ export const JOB_COLUMNS =
   'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
   `${MS('run_after')}, ${MS('lease_until')}, worker_id, ${MS('run_started_at')}, timeout_ms, last_error, ` +
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
-  'claims::text AS claims';
+  'claims::text AS claims, group_key';
 
 /** The output names of {@link JOB_COLUMNS}, for a statement that selects them from a CTE. */
 export const JOB_COLUMN_NAMES =
   'id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after, ' +
   'lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, created_at, ' +
-  'updated_at, attempted_by, claims';
+  'updated_at, attempted_by, claims, group_key';
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 export const ACTIVE = `status IN ('pending', 'running')`;

@@ -17,6 +17,9 @@ export interface QueueRow {
   concurrency: number | null;
   rate_limit: number | null;
   rate_period_ms: number | null;
+  group_concurrency: number | null;
+  group_rate_limit: number | null;
+  group_rate_period_ms: number | null;
 }
 
 /** A change of configuration: `undefined` leaves a setting as it is, `null` clears a limit. */
@@ -24,7 +27,16 @@ export interface QueueChange {
   paused?: boolean;
   concurrency?: number | null;
   rateLimit?: { limit: number; periodMs: number } | null;
+  groupConcurrency?: number | null;
+  groupRateLimit?: { limit: number; periodMs: number } | null;
 }
+
+const QUEUE_COLUMNS =
+  'name, paused, concurrency, rate_limit, rate_period_ms, group_concurrency, group_rate_limit, group_rate_period_ms';
+/** A paused or limited queue: the plain claim leaves it to the limited claim (queues_restricted_idx). */
+const RESTRICTED = (q: string) =>
+  `(${q}.paused OR ${q}.concurrency IS NOT NULL OR ${q}.rate_limit IS NOT NULL
+    OR ${q}.group_concurrency IS NOT NULL OR ${q}.group_rate_limit IS NOT NULL)`;
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function queueSql(s: string) {
@@ -33,40 +45,48 @@ export function queueSql(s: string) {
   const starts = `${s}.queue_starts`;
   return {
     /**
-     * §8 configureQueue: one upsert, each setting changed only when given ($2, $3/$4, $5/$6/$7
-     * flags say which), so concurrent changes of different settings both hold.
+     * §8 configureQueue: one upsert, each setting changed only when given ($2, $3/$4, $5/$6/$7,
+     * $8/$9, $10/$11/$12 flags say which), so concurrent changes of different settings both hold.
      */
     queueConfigure: `
-      INSERT INTO ${queues} AS q (name, paused, concurrency, rate_limit, rate_period_ms)
+      INSERT INTO ${queues} AS q (${QUEUE_COLUMNS})
       VALUES ($1, coalesce($2::boolean, false), CASE WHEN $3 THEN $4::int END,
-              CASE WHEN $5 THEN $6::int END, CASE WHEN $5 THEN $7::int END)
+              CASE WHEN $5 THEN $6::int END, CASE WHEN $5 THEN $7::int END,
+              CASE WHEN $8 THEN $9::int END,
+              CASE WHEN $10 THEN $11::int END, CASE WHEN $10 THEN $12::int END)
       ON CONFLICT (name) DO UPDATE SET
         paused = coalesce($2::boolean, q.paused),
         concurrency = CASE WHEN $3 THEN $4::int ELSE q.concurrency END,
         rate_limit = CASE WHEN $5 THEN $6::int ELSE q.rate_limit END,
         rate_period_ms = CASE WHEN $5 THEN $7::int ELSE q.rate_period_ms END,
+        group_concurrency = CASE WHEN $8 THEN $9::int ELSE q.group_concurrency END,
+        group_rate_limit = CASE WHEN $10 THEN $11::int ELSE q.group_rate_limit END,
+        group_rate_period_ms = CASE WHEN $10 THEN $12::int ELSE q.group_rate_period_ms END,
         updated_at = now()
-      RETURNING name, paused, concurrency, rate_limit, rate_period_ms`,
+      RETURNING ${QUEUE_COLUMNS}`,
 
     /**
      * §8 a queue back to no settings at all (not paused, no limits) keeps no row — queues()
-     * then lists it only while it has live jobs — and a queue without a rate limit no start log.
+     * then lists it only while it has live jobs — and a queue without a rate limit no start
+     * log, without a group rate limit no group start log.
      */
     queueTidy: `
       WITH gone AS (
         DELETE FROM ${queues}
-        WHERE name = $1 AND NOT paused AND concurrency IS NULL AND rate_limit IS NULL
+        WHERE name = $1 AND NOT ${RESTRICTED(queues)}
         RETURNING name
+      ), group_log AS (
+        DELETE FROM ${s}.group_starts
+        WHERE queue = $1
+          AND NOT EXISTS (SELECT 1 FROM ${queues} WHERE name = $1 AND group_rate_limit IS NOT NULL)
       )
       DELETE FROM ${starts}
       WHERE queue = $1 AND NOT EXISTS (SELECT 1 FROM ${queues} WHERE name = $1 AND rate_limit IS NOT NULL)`,
 
-    queueList: `SELECT name, paused, concurrency, rate_limit, rate_period_ms FROM ${queues} ORDER BY name`,
+    queueList: `SELECT ${QUEUE_COLUMNS} FROM ${queues} ORDER BY name`,
 
     /** The queues the plain claim leaves out: paused or limited (queues_restricted_idx). */
-    queueRestricted: `
-      SELECT name, paused, concurrency, rate_limit, rate_period_ms FROM ${queues}
-      WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL`,
+    queueRestricted: `SELECT ${QUEUE_COLUMNS} FROM ${queues} AS q WHERE ${RESTRICTED('q')}`,
 
     /**
      * §8 one limited claimer per queue at a time, until its transaction ends: the statements
@@ -83,11 +103,13 @@ export function queueSql(s: string) {
      * claim order, SKIP LOCKED; each start is logged and the log pruned to the period. A paused
      * or unconfigured queue gets nothing here. §1.2 the outer WHERE re-checks the status; §1.3 a
      * new claim token; §1.4 database time.
-     * $1 worker_id, $2 queue, $3 limit, $4 tasks (or null), $5 lease ms.
+     * $1 worker_id, $2 queue, $3 limit, $4 tasks (or null), $5 lease ms, $6 the group this claimer
+     * served last (or null).
      */
     queueClaimLimited: `
       WITH cfg AS MATERIALIZED (
-        SELECT concurrency, rate_limit, rate_period_ms, clock_timestamp() AS t
+        SELECT concurrency, rate_limit, rate_period_ms, group_rate_limit, group_rate_period_ms,
+               clock_timestamp() AS t
         FROM ${queues} WHERE name = $2 AND NOT paused
       ), free AS MATERIALIZED (
         -- the room its limits leave (least() skips a limit that is not set)
@@ -102,29 +124,38 @@ export function queueSql(s: string) {
       ), room AS MATERIALIZED (
         SELECT least($3::int, coalesce(free, $3::int)) AS n FROM free
       ), picked AS MATERIALIZED (
-        SELECT p.id FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2) AS p(id)
+        SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2,
+                                                (SELECT t FROM cfg), $6::text) WITH ORDINALITY AS p(id, ord)
       ), claimed AS (
         UPDATE ${jobs} SET
           status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
           attempted_by = ${APPEND_ATTEMPTED_BY},
           lease_until = (SELECT t FROM cfg) + $5::float8 * interval '1 millisecond',
           run_started_at = (SELECT t FROM cfg), updated_at = (SELECT t FROM cfg), cancel_requested_at = NULL
-        WHERE id = ANY (ARRAY(SELECT id FROM picked)) AND (status || '') = 'pending'
-        RETURNING ${JOB_COLUMNS}, run_after AS claim_order_at, id AS claim_order_id
+        WHERE id = ANY (ARRAY(SELECT pick_id FROM picked)) AND (status || '') = 'pending'
+        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
       ), logged AS (
         INSERT INTO ${starts} (queue, at)
         SELECT $2, c.t FROM claimed, cfg AS c WHERE c.rate_limit IS NOT NULL
       ), pruned AS (
         DELETE FROM ${starts} AS st USING cfg AS c
         WHERE st.queue = $2 AND st.at <= c.t - coalesce(c.rate_period_ms, 0) * interval '1 millisecond'
+      ), group_logged AS (
+        INSERT INTO ${s}.group_starts (queue, group_key, at)
+        SELECT $2, cl.group_key, c.t FROM claimed AS cl, cfg AS c
+        WHERE c.group_rate_limit IS NOT NULL AND cl.group_key IS NOT NULL
+      ), group_pruned AS (
+        DELETE FROM ${s}.group_starts AS gs USING cfg AS c
+        WHERE gs.queue = $2 AND gs.at <= c.t - coalesce(c.group_rate_period_ms, 0) * interval '1 millisecond'
       )
       SELECT ${JOB_COLUMN_NAMES}, (SELECT free FROM free) AS room_free
-      FROM claimed ORDER BY priority, claim_order_at, claim_order_id`,
+      FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id ORDER BY picked.pick_ord`,
 
     /**
      * §8 after a limited claim that took less than it asked for, in its transaction (which sees
-     * that claim): the room the queue's limits leave now, and — when its rate window is full —
-     * ms until the oldest start in the window leaves it.
+     * that claim): the room the queue's limits leave now, and — when its rate window is full, or
+     * a group's — ms until the oldest start in that window leaves it (for a group: the soonest
+     * of the full groups; it may have no job waiting, and the claim then looks again).
      */
     queueRoom: `
       SELECT least(
@@ -133,12 +164,22 @@ export function queueSql(s: string) {
                                WHERE st.queue = q.name
                                  AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond')::int
              ) AS room,
-             (SELECT (extract(epoch FROM min(st.at) + q.rate_period_ms * interval '1 millisecond' - clock_timestamp())
-                      * 1000)::float8
-              FROM ${starts} AS st
-              WHERE st.queue = q.name
-                AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond'
-              HAVING count(*) >= q.rate_limit) AS wait_ms
+             least(
+               (SELECT (extract(epoch FROM min(st.at) + q.rate_period_ms * interval '1 millisecond' - clock_timestamp())
+                        * 1000)::float8
+                FROM ${starts} AS st
+                WHERE st.queue = q.name
+                  AND st.at > clock_timestamp() - q.rate_period_ms * interval '1 millisecond'
+                HAVING count(*) >= q.rate_limit),
+               (SELECT min(full_group.ms) FROM (
+                  SELECT (extract(epoch FROM min(gs.at) + q.group_rate_period_ms * interval '1 millisecond'
+                                              - clock_timestamp()) * 1000)::float8 AS ms
+                  FROM ${s}.group_starts AS gs
+                  WHERE gs.queue = q.name
+                    AND gs.at > clock_timestamp() - q.group_rate_period_ms * interval '1 millisecond'
+                  GROUP BY gs.group_key
+                  HAVING count(*) >= q.group_rate_limit) AS full_group)
+             ) AS wait_ms
       FROM ${queues} AS q WHERE q.name = $1 AND NOT q.paused`,
   };
 }
@@ -153,6 +194,11 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
       change.rateLimit !== undefined,
       change.rateLimit?.limit ?? null,
       change.rateLimit?.periodMs ?? null,
+      change.groupConcurrency !== undefined,
+      change.groupConcurrency ?? null,
+      change.groupRateLimit !== undefined,
+      change.groupRateLimit?.limit ?? null,
+      change.groupRateLimit?.periodMs ?? null,
     ]);
     return rows[0] as QueueRow;
   }
@@ -189,6 +235,7 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     limit: number,
     tasks: string[] | null,
     leaseMs: number,
+    afterGroup: string | null = null,
   ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null }> {
     const rows = await this.run<JobRow & { room_free: number | null }>(tx, this.sql.queueClaimLimited, [
       workerId,
@@ -196,6 +243,7 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
       limit,
       tasks,
       leaseMs,
+      afterGroup,
     ]);
     const free = rows[0]?.room_free;
     return {

@@ -614,13 +614,39 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       pending: 1,
       running: 0,
     });
-    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +1 +0 +3 +50 per 1 s\n/);
+    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +1 +0 +3 +50 per 1 s +–\n/);
+    expect(
+      ok(
+        await run(['configure-queue', 'cli-mail', '--group-concurrency', '1', '--group-rate-limit', '10/1m']),
+      ),
+    ).toBe(
+      'Queue cli-mail: paused, concurrency 3, 50 per 1 s, group concurrency 1, 10 per 1 min per group.\n',
+    );
+    expect(ok(await run(['queues']))).toMatch(
+      /\ncli-mail +paused +1 +0 +3 +50 per 1 s +1 running, 10 per 1 min\n/,
+    );
+    const grouped = json(
+      await run(['enqueue', 'cli.q', '--queue', 'cli-mail', '--group', 'tenant-7', '--json']),
+    ) as { id: string };
+    expect(ok(await run(['get', grouped.id]))).toMatch(/group +tenant-7/);
     expect(json(await run(['resume', 'cli-mail', '--json']))).toEqual({ name: 'cli-mail', paused: false });
     expect(
       json(
-        await run(['configure-queue', 'cli-mail', '--concurrency', 'none', '--rate-limit', 'none', '--json']),
+        await run([
+          'configure-queue',
+          'cli-mail',
+          ...['--concurrency', 'none', '--rate-limit', 'none'],
+          ...['--group-concurrency', 'none', '--group-rate-limit', 'none', '--json'],
+        ]),
       ),
-    ).toMatchObject({ name: 'cli-mail', paused: false, concurrency: null, rateLimit: null });
+    ).toMatchObject({
+      name: 'cli-mail',
+      paused: false,
+      concurrency: null,
+      rateLimit: null,
+      groupConcurrency: null,
+      groupRateLimit: null,
+    });
     const [badRate, zeroRate, zeroPeriod, badConcurrency] = await Promise.all([
       run(['configure-queue', 'cli-mail', '--rate-limit', 'fast']),
       run(['configure-queue', 'cli-mail', '--rate-limit', '0/1s']),

@@ -23,7 +23,9 @@ describe('configureQueue and queues()', () => {
       ['q', { rateLimit: { limit: 0, periodMs: 1000 } }, 'rateLimit.limit'],
       ['q', { rateLimit: { limit: 5 } }, 'rateLimit.periodMs'],
       ['q', { rateLimit: { limit: 5, periodMs: 1000, burst: 2 } }, 'rateLimit.burst'],
-      ['q', { groupConcurrency: 1 }, 'groupConcurrency'],
+      ['q', { groupConcurrency: 0 }, 'groupConcurrency'],
+      ['q', { groupRateLimit: { limit: 2, periodMs: 0 } }, 'groupRateLimit.periodMs'],
+      ['q', { groupRateLimit: 5 }, 'groupRateLimit'],
       ['q', { max: 3 }, 'options.max'],
     ];
     for (const [name, options, field] of bad) {
@@ -32,11 +34,22 @@ describe('configureQueue and queues()', () => {
       expect((error as ValidationError).field, JSON.stringify(options)).toBe(field);
     }
     expect(await queue.queues()).toEqual([]);
-    // Group keys are not built yet: refused by name, never silently ignored.
-    const group = await queue
-      .enqueue('q.group', null, { group: 'tenant-1' } as never)
+    // A bad group key is refused by name, in enqueue and enqueueMany, with nothing written.
+    for (const [group, field] of [
+      ['', 'group'],
+      [7, 'group'],
+      ['é'.repeat(101), 'group'], // 202 bytes: over the 200-byte limit
+    ] as const) {
+      const error = await queue.enqueue('q.group', null, { group } as never).catch((e: unknown) => e);
+      expect((error as ValidationError).field, String(group)).toBe(field);
+    }
+    const many = await queue
+      .enqueueMany([
+        { task: 'q.group', payload: null, group: 'ok' },
+        { task: 'q.group', payload: null, group: '' },
+      ])
       .catch((e: unknown) => e);
-    expect((group as ValidationError).field).toBe('group');
+    expect((many as ValidationError).field).toBe('specs[1].group');
     expect(await db.sql(`SELECT 1 FROM ${db.jobs} WHERE task = 'q.group'`)).toEqual([]);
   });
 
@@ -55,6 +68,21 @@ describe('configureQueue and queues()', () => {
     expect(await queue.configureQueue('mail', { concurrency: null, paused: false })).toMatchObject({
       concurrency: null,
       paused: false,
+      rateLimit: { limit: 10, periodMs: 60_000 },
+    });
+    await queue.configureQueue('mail', { groupConcurrency: 2 });
+    expect(
+      await queue.configureQueue('mail', { groupRateLimit: { limit: 5, periodMs: 1_000 } }),
+    ).toMatchObject({
+      rateLimit: { limit: 10, periodMs: 60_000 },
+      groupConcurrency: 2,
+      groupRateLimit: { limit: 5, periodMs: 1_000 },
+    });
+    expect(
+      await queue.configureQueue('mail', { groupConcurrency: null, groupRateLimit: null }),
+    ).toMatchObject({
+      groupConcurrency: null,
+      groupRateLimit: null,
       rateLimit: { limit: 10, periodMs: 60_000 },
     });
     await queue.enqueue('q.count', null, { queue: 'mail' });

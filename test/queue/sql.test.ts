@@ -49,9 +49,9 @@ describe('store SQL', () => {
     try {
       await client.query('BEGIN');
       await client.query('SET LOCAL plan_cache_mode = force_generic_plan');
-      await client.query(`PREPARE claim_blocks(text, int, text[], text[], float8) AS ${text}`);
+      await client.query(`PREPARE claim_blocks(text, int, text[], text[], float8, text) AS ${text}`);
       const { rows } = await client.query(
-        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_blocks('w', ${limit}, '{t}', null, 1000)`,
+        `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim_blocks('w', ${limit}, '{t}', null, 1000, null)`,
       );
       await client.query('ROLLBACK');
       await client.query('DEALLOCATE claim_blocks');

@@ -123,6 +123,11 @@ function limitsText(q) {
   if (q.concurrency !== null) parts.push(`≤ ${number(q.concurrency)} at once`);
   if (q.rateLimit !== null)
     parts.push(`${number(q.rateLimit.limit)} per ${seconds(q.rateLimit.periodMs / 1000)}`);
+  if (q.groupConcurrency !== null) parts.push(`≤ ${number(q.groupConcurrency)} per group at once`);
+  if (q.groupRateLimit !== null)
+    parts.push(
+      `${number(q.groupRateLimit.limit)} per group per ${seconds(q.groupRateLimit.periodMs / 1000)}`,
+    );
   return parts.length ? parts.join(', ') : '—';
 }
 
@@ -405,6 +410,7 @@ function renderDetail(job) {
     ...row('priority', String(job.priority)),
     ...row('attempts', `${job.attempts} of ${job.maxAttempts}`),
     ...row('dedupe key', job.dedupeKey ?? '—'),
+    ...row('group', job.group ?? '—'),
     ...row('run after', time(job.runAfter)),
     ...row('worker', job.workerId ?? '—'),
     ...row('lease until', time(job.leaseUntil)),
