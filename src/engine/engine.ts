@@ -120,27 +120,22 @@ export class Engine {
       leaseMs,
       tasks,
       queues,
-      this.lastGroup,
+      this.lastGroups,
     );
     this.served(jobs);
     return jobs;
   }
 
   /**
-   * §8 the group of the last grouped job this engine claimed: its next claim's round-robin starts
-   * after it, so that claims of one job at a time rotate between groups too.
+   * §8 per queue, the group of the last grouped job this engine claimed there: the next claim's
+   * round-robin in that queue starts after it, so that claims of one job at a time rotate
+   * between groups too (one cursor per queue: another queue's groups must not move it).
    */
-  lastGroup: string | null = null;
+  readonly lastGroups = new Map<string, string>();
 
-  /** Remembers where the round-robin between groups stopped (jobs in pick order). */
+  /** Remembers where the round-robin between groups stopped in each queue (jobs in pick order). */
   served(jobs: readonly ClaimedJob[]): void {
-    for (let i = jobs.length - 1; i >= 0; i--) {
-      const group = jobs[i]?.group;
-      if (group) {
-        this.lastGroup = group;
-        return;
-      }
-    }
+    for (const job of jobs) if (job.group) this.lastGroups.set(job.queue, job.group);
   }
 
   /** The heartbeat: renews `workerId`'s leases in one statement; one answer per lease. */

@@ -201,8 +201,14 @@ export async function claimWithLimits(
       if (got.waitMs !== null) later(got.waitMs);
       // Room freed by a job that finished here, which this worker could not use (none of its
       // tasks waiting there): another worker may. Only room freed here is passed on — a hint
-      // for any room would wake every worker, whose claims would hint again, without end.
-      if (engine.limits.takeFreed(queue.name) && got.jobs.length < asked && got.roomLeft > 0) {
+      // for any room would wake every worker, whose claims would hint again, without end. With
+      // a group limit the room is its group's, which the queue-wide count cannot see: passed on.
+      const groupLimited = queue.group_concurrency !== null || queue.group_rate_limit !== null;
+      if (
+        engine.limits.takeFreed(queue.name) &&
+        got.jobs.length < asked &&
+        (got.roomLeft > 0 || groupLimited)
+      ) {
         engine.limits.roomFreed();
       }
     } catch (error) {
@@ -240,9 +246,24 @@ export function roomFreedBy(engine: Engine, queue: string, workerRunning: boolea
 }
 
 /**
+ * Whether groupConcurrency is the queue's only limit: then its claim takes no queue lock — each
+ * group is locked on its own inside the claim statement, so workers claim different groups of
+ * the queue at the same time.
+ */
+function onlyGroupConcurrency(queue: QueueRow): boolean {
+  return (
+    queue.group_concurrency !== null &&
+    queue.concurrency === null &&
+    queue.rate_limit === null &&
+    queue.group_rate_limit === null
+  );
+}
+
+/**
  * One limited claim: try the queue's lock (another worker holding it: look again shortly) and
  * claim what its limits allow. When it took less than it asked for: the room left (there may be
- * none), and when a full rate window reopens.
+ * none), and when a full rate window reopens. A queue limited only per group: one statement,
+ * its groups locked one by one (no queue lock, no transaction of its own).
  */
 export async function claimLimited(
   engine: Engine,
@@ -252,6 +273,20 @@ export async function claimLimited(
 ): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; roomLeft: number }> {
   engine.assertOpen();
   const { store } = engine;
+  if (onlyGroupConcurrency(queue)) {
+    const { jobs } = await store.queues.claimLimited(
+      engine.pool,
+      claim.workerId,
+      queue.name,
+      limit,
+      claim.tasks,
+      claim.leaseMs,
+      engine.lastGroups.get(queue.name) ?? null,
+      true,
+    );
+    engine.served(jobs);
+    return { jobs, waitMs: null, roomLeft: 0 };
+  }
   return inTransaction(engine.pool, async (tx) => {
     if (!(await store.queues.tryLock(tx, queue.name))) {
       return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS, roomLeft: 0 };
@@ -263,7 +298,7 @@ export async function claimLimited(
       limit,
       claim.tasks,
       claim.leaseMs,
-      engine.lastGroup,
+      engine.lastGroups.get(queue.name) ?? null,
     );
     engine.served(jobs);
     if (jobs.length === limit) return { jobs, waitMs: null, roomLeft: roomLeft ?? 0 };

@@ -24,6 +24,9 @@ CREATE INDEX jobs_claim_idx ON ${s}.jobs (priority, run_after, id)
   WHERE status = 'pending' AND group_key IS NULL;
 CREATE INDEX jobs_group_claim_idx ON ${s}.jobs (queue, priority, group_key, run_after, id)
   WHERE status = 'pending' AND group_key IS NOT NULL;
+-- whether any grouped job is due: the claim statement's switch to the merging pick
+CREATE INDEX jobs_group_due_idx ON ${s}.jobs (run_after)
+  WHERE status = 'pending' AND group_key IS NOT NULL;
 -- groupConcurrency: a group's running jobs, counted under the queue's claim lock
 CREATE INDEX jobs_group_running_idx ON ${s}.jobs (queue, group_key)
   WHERE status = 'running' AND group_key IS NOT NULL;
@@ -45,18 +48,26 @@ CREATE TABLE ${s}.group_starts (
   at        timestamptz NOT NULL
 );
 CREATE INDEX group_starts_idx ON ${s}.group_starts (queue, group_key, at);
+-- the prune and the wait for a full window read a queue's log by time
+CREATE INDEX group_starts_at_idx ON ${s}.group_starts (queue, at);
 
--- §8 one queue's due grouped jobs, round-robin: the groups (per priority, in key order starting
--- after p_after — the group this claimer served last, so that claims of one job at a time
--- rotate too) each give one job per round, rounds repeat until p_limit jobs or none left.
--- A group's room is p_limit, or what p_gc (its running jobs) and p_grl per p_grp_ms (its starts)
--- leave, the starts counted in the window that ends at p_at — those counts are exact only under
--- the queue's claim lock (the limited claim).
--- o_rnk is the round: callers merge picks by (priority, round, run_after, id).
+-- §8 one queue's due grouped jobs, round-robin. Per priority (lowest first): round 1 walks the
+-- groups in key order starting after p_after — the group this claimer served last in this
+-- queue, so that claims of one job at a time rotate too — one descent per group, taking one job
+-- from each group with room, and stops as soon as it has p_limit jobs (its cost follows the
+-- jobs taken, not the number of groups); when it has gone all the way round, rounds 2, 3, …
+-- take one more job from each group that gave one. A group's room is p_limit, or what p_gc
+-- (its running jobs) and p_grl per p_grp_ms (its starts in the window ending at p_at) leave,
+-- less what this call took from the group at a higher priority. Those counts are exact under
+-- the queue's claim lock (the limited claim), or, with p_lock, under a lock per group: a group
+-- with room is try-locked (p_lock, queue, group) until the caller's transaction ends — taken
+-- elsewhere: skipped — and counted again by a new statement, whose snapshot sees every claim
+-- committed by an earlier holder of that lock. o_rnk is the round, o_seq the order of the
+-- picks: callers merge by (priority, round, seq).
 CREATE FUNCTION ${s}.pick_groups(p_limit integer, p_tasks text[], p_queue text,
                                  p_gc integer, p_grl integer, p_grp_ms integer, p_at timestamptz,
-                                 p_after text)
-RETURNS TABLE (o_id bigint, o_priority integer, o_rnk integer, o_run_after timestamptz)
+                                 p_after text, p_lock text)
+RETURNS TABLE (o_id bigint, o_priority integer, o_rnk integer, o_seq integer)
 LANGUAGE plpgsql
 VOLATILE
 -- every probe a descent of jobs_group_claim_idx, whatever the statistics (a big group made the
@@ -68,131 +79,124 @@ SET enable_sort = off
 SET enable_incremental_sort = off
 AS $fn$
 DECLARE
-  g_prio   integer[];
+  limited  boolean := p_gc IS NOT NULL OR p_grl IS NOT NULL;
+  used     jsonb := '{}';   -- jobs taken per group in this call (a group may sit at two priorities)
+  prio     integer;
+  done_prio integer;
+  nxt      text;
+  cur      text;
+  wrapped  boolean;
   g_key    text[];
-  g_first  integer[];   -- the entry that holds this group's room (a group may sit at two priorities)
   g_room   integer[];
   g_ra     timestamptz[];
   g_id     bigint[];
-  g_done   boolean[];
   ng       integer;
   taken    integer := 0;
-  lvl      integer := 1;
-  lvl_end  integer;
+  seq      integer := 0;
   rnd      integer;
-  progress boolean;
-  k        integer;
+  room     integer;
   active   integer;
   last     integer;
+  k        integer;
   pick     record;
 BEGIN
   IF p_limit <= 0 THEN RETURN; END IF;
-  -- the groups: the distinct (priority, group) pairs of jobs_group_claim_idx, one descent each
-  -- (a group with no job due yet gives nothing below)
-  WITH RECURSIVE walk AS (
-    (SELECT j.priority, j.group_key, j.run_after, j.id FROM ${s}.jobs AS j
-     WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue
-     ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id LIMIT 1)
-    UNION ALL
-    SELECT nx.priority, nx.group_key, nx.run_after, nx.id
-    FROM walk AS w CROSS JOIN LATERAL (
-      SELECT j.priority, j.group_key, j.run_after, j.id FROM ${s}.jobs AS j
-      WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue
-        AND (j.priority, j.group_key) > (w.priority, w.group_key)
-      ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id LIMIT 1) AS nx
-  ), heads AS (
-    SELECT w.priority, w.group_key,
-           row_number() OVER (ORDER BY w.priority, coalesce(w.group_key <= p_after, false), w.group_key) AS ord
-    FROM walk AS w
-  ), firsts AS (
-    SELECT h.*, min(h.ord) OVER (PARTITION BY h.group_key) AS first FROM heads AS h
-  )
-  SELECT array_agg(f.priority ORDER BY f.ord), array_agg(f.group_key ORDER BY f.ord),
-         array_agg(f.first::int ORDER BY f.ord),
-         array_agg(least(p_limit,
-                         p_gc - (SELECT count(*) FROM ${s}.jobs AS r
-                                 WHERE p_gc IS NOT NULL AND r.status = 'running'
-                                   AND r.queue = p_queue AND r.group_key = f.group_key)::int,
-                         p_grl - (SELECT count(*) FROM ${s}.group_starts AS gs
-                                  WHERE p_grl IS NOT NULL AND gs.queue = p_queue AND gs.group_key = f.group_key
-                                    AND gs.at > p_at - p_grp_ms * interval '1 millisecond')::int)
-                   ORDER BY f.ord)
-  INTO g_prio, g_key, g_first, g_room
-  FROM firsts AS f;
-  ng := coalesce(array_length(g_key, 1), 0);
-  IF ng = 0 THEN RETURN; END IF;
-  g_ra := array_fill('-infinity'::timestamptz, ARRAY[ng]);
-  g_id := array_fill(0::bigint, ARRAY[ng]);
-  g_done := array_fill(false, ARRAY[ng]);
-  WHILE lvl <= ng AND taken < p_limit LOOP
-    lvl_end := lvl;
-    WHILE lvl_end < ng AND g_prio[lvl_end + 1] = g_prio[lvl] LOOP
-      lvl_end := lvl_end + 1;
-    END LOOP;
-    rnd := 0;
+  SELECT j.priority INTO prio FROM ${s}.jobs AS j
+  WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue
+  ORDER BY j.queue, j.priority LIMIT 1;
+  WHILE prio IS NOT NULL AND taken < p_limit LOOP
+    g_key := '{}'; g_room := '{}'; g_ra := '{}'; g_id := '{}'; ng := 0;
+    cur := p_after;
+    wrapped := p_after IS NULL;
+    -- round 1: the groups of this priority from the cursor on, lazily
     LOOP
+      EXIT WHEN taken >= p_limit;
+      nxt := NULL;
+      SELECT j.group_key INTO nxt FROM ${s}.jobs AS j
+      WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue AND j.priority = prio
+        AND j.group_key > coalesce(cur, '')   -- '' sorts first in "C" and is no group key (an index bound)
+      ORDER BY j.queue, j.priority, j.group_key LIMIT 1;
+      IF nxt IS NULL THEN
+        EXIT WHEN wrapped;
+        wrapped := true;
+        cur := NULL;
+        CONTINUE;
+      END IF;
+      EXIT WHEN wrapped AND p_after IS NOT NULL AND nxt > p_after;   -- all the way round
+      cur := nxt;
+      room := p_limit;
+      IF limited AND p_lock IS NOT NULL THEN
+        -- a quick look first (a full group is skipped without a lock), then under the lock
+        CONTINUE WHEN p_gc <= (SELECT count(*) FROM ${s}.jobs AS r
+                               WHERE r.status = 'running' AND r.queue = p_queue AND r.group_key = nxt)
+                             + coalesce((used ->> nxt)::int, 0);
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext(p_lock || ':' || p_queue), hashtext(nxt));
+      END IF;
+      IF limited THEN
+        room := least(p_limit,
+                      p_gc - (SELECT count(*) FROM ${s}.jobs AS r
+                              WHERE r.status = 'running' AND r.queue = p_queue AND r.group_key = nxt)::int,
+                      p_grl - (SELECT count(*) FROM ${s}.group_starts AS gs
+                               WHERE gs.queue = p_queue AND gs.group_key = nxt
+                                 AND gs.at > p_at - p_grp_ms * interval '1 millisecond')::int)
+                - coalesce((used ->> nxt)::int, 0);
+      END IF;
+      CONTINUE WHEN room <= 0;
+      SELECT j.id, j.run_after INTO pick FROM ${s}.jobs AS j
+      WHERE j.status = 'pending' AND j.group_key = nxt AND j.queue = p_queue AND j.priority = prio
+        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+      ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
+      LIMIT 1
+      FOR UPDATE SKIP LOCKED;
+      CONTINUE WHEN NOT FOUND;
+      taken := taken + 1;
+      seq := seq + 1;
+      ng := ng + 1;
+      g_key[ng] := nxt; g_room[ng] := room - 1; g_ra[ng] := pick.run_after; g_id[ng] := pick.id;
+      IF limited THEN used := used || jsonb_build_object(nxt, coalesce((used ->> nxt)::int, 0) + 1); END IF;
+      o_id := pick.id; o_priority := prio; o_rnk := 1; o_seq := seq;
+      RETURN NEXT;
+    END LOOP;
+    -- rounds 2, 3, …: only after going all the way round with room to spare
+    rnd := 1;
+    WHILE taken < p_limit AND ng > 0 LOOP
       rnd := rnd + 1;
-      progress := false;
-      -- one group left in this priority: the rest of its room in one statement, not a round each
       active := 0;
-      FOR k IN lvl .. lvl_end LOOP
-        IF NOT g_done[k] AND g_room[g_first[k]] > 0 THEN
-          active := active + 1;
-          last := k;
-        END IF;
+      FOR k IN 1 .. ng LOOP
+        IF g_room[k] > 0 THEN active := active + 1; last := k; END IF;
       END LOOP;
-      IF active = 1 THEN
-        k := last;
+      EXIT WHEN active = 0;
+      FOR k IN 1 .. ng LOOP
+        EXIT WHEN taken >= p_limit;
+        CONTINUE WHEN g_room[k] <= 0;
+        -- one group left with room: the rest of it in one statement, not a round each
         FOR pick IN
           SELECT j.id, j.run_after FROM ${s}.jobs AS j
-          WHERE j.status = 'pending' AND j.group_key = g_key[k] AND j.queue = p_queue
-            AND j.priority = g_prio[k] AND j.run_after <= now()
-            AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+          WHERE j.status = 'pending' AND j.group_key = g_key[k] AND j.queue = p_queue AND j.priority = prio
+            AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
             AND (j.run_after, j.id) > (g_ra[k], g_id[k])
           ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
-          LIMIT least(g_room[g_first[k]], p_limit - taken)
+          LIMIT CASE WHEN active = 1 THEN least(g_room[k], p_limit - taken) ELSE 1 END
           FOR UPDATE SKIP LOCKED
         LOOP
           taken := taken + 1;
-          o_id := pick.id;
-          o_priority := g_prio[k];
-          o_rnk := rnd;
-          rnd := rnd + 1;
-          o_run_after := pick.run_after;
+          seq := seq + 1;
+          g_room[k] := g_room[k] - 1; g_ra[k] := pick.run_after; g_id[k] := pick.id;
+          IF limited THEN
+            used := used || jsonb_build_object(g_key[k], coalesce((used ->> g_key[k])::int, 0) + 1);
+          END IF;
+          o_id := pick.id; o_priority := prio; o_rnk := rnd; o_seq := seq;
           RETURN NEXT;
+          IF active = 1 THEN rnd := rnd + 1; END IF;
         END LOOP;
-        EXIT;
-      END IF;
-      EXIT WHEN active = 0;
-      FOR k IN lvl .. lvl_end LOOP
-        EXIT WHEN taken >= p_limit;
-        CONTINUE WHEN g_done[k] OR g_room[g_first[k]] <= 0;
-        SELECT j.id, j.run_after INTO pick FROM ${s}.jobs AS j
-        WHERE j.status = 'pending' AND j.group_key = g_key[k] AND j.queue = p_queue
-          AND j.priority = g_prio[k] AND j.run_after <= now()
-          AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
-          AND (j.run_after, j.id) > (g_ra[k], g_id[k])
-        ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-          g_done[k] := true;
-          CONTINUE;
-        END IF;
-        g_ra[k] := pick.run_after;
-        g_id[k] := pick.id;
-        g_room[g_first[k]] := g_room[g_first[k]] - 1;
-        taken := taken + 1;
-        progress := true;
-        o_id := pick.id;
-        o_priority := g_prio[k];
-        o_rnk := rnd;
-        o_run_after := pick.run_after;
-        RETURN NEXT;
+        IF NOT FOUND THEN g_room[k] := 0; END IF;   -- the group has no more due jobs
       END LOOP;
-      EXIT WHEN NOT progress OR taken >= p_limit;
     END LOOP;
-    lvl := lvl_end + 1;
+    done_prio := prio;
+    prio := NULL;
+    SELECT j.priority INTO prio FROM ${s}.jobs AS j
+    WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue AND j.priority > done_prio
+    ORDER BY j.queue, j.priority LIMIT 1;
   END LOOP;
 END
 $fn$;
@@ -218,11 +222,12 @@ AS $fn$
   FOR UPDATE SKIP LOCKED
 $fn$;
 
--- §1.1/§8 the plain claim's pick while any pending job carries a group key (the claim statement
--- chooses): ungrouped jobs in claim order and each unrestricted queue's grouped jobs
--- round-robin, merged by (priority, round, run_after, id) — an ungrouped job is a group of its
--- own. About twice the plain pick's cost (1.2 → 2.5 ms for 200 rows), so only when needed.
-CREATE FUNCTION ${s}.pick_mixed(p_limit integer, p_tasks text[], p_queues text[], p_after text)
+-- §1.1/§8 the plain claim's pick while a grouped job is due (the claim statement chooses):
+-- ungrouped jobs in claim order and each unrestricted queue's grouped jobs round-robin, merged
+-- by (priority, round, order of the picks) — the k-th ungrouped job goes with each group's k-th
+-- job. Each source may lock up to p_limit rows, of which the merge keeps p_limit: the rest are
+-- skipped by other claimers until this statement commits. p_after: each queue's cursor.
+CREATE FUNCTION ${s}.pick_mixed(p_limit integer, p_tasks text[], p_queues text[], p_after jsonb)
 RETURNS SETOF bigint
 LANGUAGE sql
 VOLATILE
@@ -231,7 +236,7 @@ SET enable_bitmapscan = off
 SET jit = off
 AS $fn$
   WITH plain AS MATERIALIZED (
-    SELECT j.id, j.priority, 1 AS rnk, j.run_after FROM ${s}.jobs AS j
+    SELECT j.id, j.priority FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now()
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
       AND (p_queues IS NULL OR j.queue = ANY (p_queues))
@@ -251,26 +256,32 @@ AS $fn$
         WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue > w.queue
         ORDER BY j.queue LIMIT 1) AS nx
     )
-    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_run_after AS run_after
+    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq
     FROM queues_with_groups AS w
-    CROSS JOIN LATERAL ${s}.pick_groups(p_limit, p_tasks, w.queue, NULL, NULL, NULL, NULL, p_after) AS g
+    CROSS JOIN LATERAL ${s}.pick_groups(p_limit, p_tasks, w.queue, NULL, NULL, NULL, NULL, p_after ->> w.queue, NULL) AS g
     WHERE (p_queues IS NULL OR w.queue = ANY (p_queues))
       AND NOT EXISTS (SELECT 1 FROM ${s}.queues AS q
                       WHERE q.name = w.queue
                         AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
                              OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL))
   )
-  SELECT x.id FROM (SELECT * FROM plain UNION ALL SELECT * FROM grouped) AS x
-  ORDER BY x.priority, x.rnk, x.run_after, x.id
+  SELECT x.id FROM (
+    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round
+    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq FROM plain AS p
+    UNION ALL
+    SELECT g.id, g.priority, g.rnk, g.seq FROM grouped AS g
+  ) AS x
+  ORDER BY x.priority, x.rnk, x.seq
   LIMIT p_limit
 $fn$;
 
 -- §8 the limited claim's pick for one queue: its ungrouped jobs in claim order and its grouped
 -- jobs round-robin within the queue's group limits (rate windows ending at p_at, the claim's
--- instant), merged as pick_mixed merges them.
+-- instant), merged as pick_mixed merges them. p_lock: the caller holds no queue lock (a queue
+-- whose only limit is groupConcurrency): groups are locked one by one (pick_groups).
 DROP FUNCTION ${s}.pick_queue(integer, text[], text);
 CREATE FUNCTION ${s}.pick_queue(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
-                                p_after text)
+                                p_after text, p_lock text)
 RETURNS SETOF bigint
 LANGUAGE sql
 VOLATILE
@@ -280,21 +291,29 @@ SET jit = off
 SET enable_seqscan = off
 AS $fn$
   WITH plain AS MATERIALIZED (
-    SELECT j.id, j.priority, 1 AS rnk, j.run_after FROM ${s}.jobs AS j
+    SELECT j.id, j.priority FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now() AND j.queue = p_queue
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED
   ), grouped AS MATERIALIZED (
-    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_run_after AS run_after
+    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq
     FROM ${s}.queues AS q
     CROSS JOIN LATERAL ${s}.pick_groups(p_limit, p_tasks, p_queue, q.group_concurrency,
-                                        q.group_rate_limit, q.group_rate_period_ms, p_at, p_after) AS g
+                                        q.group_rate_limit, q.group_rate_period_ms, p_at, p_after, p_lock) AS g
     WHERE q.name = p_queue
+      -- a queue without grouped jobs skips the function call (one descent of jobs_group_claim_idx)
+      AND EXISTS (SELECT 1 FROM ${s}.jobs AS j
+                  WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue)
   )
-  SELECT x.id FROM (SELECT * FROM plain UNION ALL SELECT * FROM grouped) AS x
-  ORDER BY x.priority, x.rnk, x.run_after, x.id
+  SELECT x.id FROM (
+    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round
+    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq FROM plain AS p
+    UNION ALL
+    SELECT g.id, g.priority, g.rnk, g.seq FROM grouped AS g
+  ) AS x
+  ORDER BY x.priority, x.rnk, x.seq
   LIMIT p_limit
 $fn$;
 `,

@@ -21,18 +21,21 @@ export function claimSql(s: string) {
      * Rows come back in the pick's order (priority, run_after, id; with group keys, round by
      * round): a worker that holds some back starts the first ones first.
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
-     * this claimer served last (round-robin starts after it; or null).
+     * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
     claim: `
       WITH picked AS MATERIALIZED (
-        -- §8 with no grouped job pending anywhere, the plain pick (the probe: one descent of an
-        -- empty index); else the pick that takes grouped jobs round-robin (migration 9)
+        -- §8 with no grouped job due anywhere, the plain pick (the probe: one descent of an
+        -- index that is empty when groups are not used); else the pick that takes grouped jobs
+        -- round-robin (migration 9)
         SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) WITH ORDINALITY AS p(id, ord)
-        WHERE NOT EXISTS (SELECT 1 FROM ${jobs} AS g WHERE g.status = 'pending' AND g.group_key IS NOT NULL)
+        WHERE NOT EXISTS (SELECT 1 FROM ${jobs} AS g
+                          WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now())
         UNION ALL
         SELECT p.id AS pick_id, p.ord AS pick_ord
-        FROM ${s}.pick_mixed($2::int, $3::text[], $4::text[], $6::text) WITH ORDINALITY AS p(id, ord)
-        WHERE EXISTS (SELECT 1 FROM ${jobs} AS g WHERE g.status = 'pending' AND g.group_key IS NOT NULL)
+        FROM ${s}.pick_mixed($2::int, $3::text[], $4::text[], $6::jsonb) WITH ORDINALITY AS p(id, ord)
+        WHERE EXISTS (SELECT 1 FROM ${jobs} AS g
+                      WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now())
       )
       , claimed AS (
         UPDATE ${jobs} SET
@@ -72,7 +75,7 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     leaseMs: number,
     tasks: string[] | null,
     queues: string[] | null,
-    afterGroup: string | null = null,
+    afterGroups: ReadonlyMap<string, string> = new Map(),
   ): Promise<ClaimedJob[]> {
     const rows = await this.run<JobRow>(db, this.sql.claim, [
       workerId,
@@ -80,7 +83,7 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
       tasks,
       queues,
       leaseMs,
-      afterGroup,
+      afterGroups.size === 0 ? null : JSON.stringify(Object.fromEntries(afterGroups)),
     ]);
     return rows.map(toClaimedJob);
   }

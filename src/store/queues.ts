@@ -104,7 +104,8 @@ export function queueSql(s: string) {
      * or unconfigured queue gets nothing here. §1.2 the outer WHERE re-checks the status; §1.3 a
      * new claim token; §1.4 database time.
      * $1 worker_id, $2 queue, $3 limit, $4 tasks (or null), $5 lease ms, $6 the group this claimer
-     * served last (or null).
+     * served last (or null), $7 with no queue lock held (groupConcurrency is the queue's only
+     * limit): the namespace of the per-group locks pick_groups takes instead.
      */
     queueClaimLimited: `
       WITH cfg AS MATERIALIZED (
@@ -125,7 +126,7 @@ export function queueSql(s: string) {
         SELECT least($3::int, coalesce(free, $3::int)) AS n FROM free
       ), picked AS MATERIALIZED (
         SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2,
-                                                (SELECT t FROM cfg), $6::text) WITH ORDINALITY AS p(id, ord)
+                                                (SELECT t FROM cfg), $6::text, $7::text) WITH ORDINALITY AS p(id, ord)
       ), claimed AS (
         UPDATE ${jobs} SET
           status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
@@ -236,6 +237,7 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     tasks: string[] | null,
     leaseMs: number,
     afterGroup: string | null = null,
+    lockGroups = false,
   ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null }> {
     const rows = await this.run<JobRow & { room_free: number | null }>(tx, this.sql.queueClaimLimited, [
       workerId,
@@ -244,6 +246,7 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
       tasks,
       leaseMs,
       afterGroup,
+      lockGroups ? `skiplock-group:${this.schema}` : null,
     ]);
     const free = rows[0]?.room_free;
     return {

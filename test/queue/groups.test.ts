@@ -12,8 +12,16 @@
  *    B was not among the first 50 starts (fairness test).
  *  - pick_groups ignoring p_gc (a group's room always p_limit): two handlers of one group ran
  *    at once (groupConcurrency test).
+ *  - pick_groups without its per-group lock (a queue whose only limit is groupConcurrency takes
+ *    no queue lock): four handlers of one group ran at once (groupConcurrency test).
  *  - queueClaimLimited not logging group starts: more than 5 starts of a group within one
  *    second (groupRateLimit test).
+ *  - (review) pick_groups's one-group shortcut not counting its jobs against the group's room: a
+ *    group with jobs at two priorities ran two at once under groupConcurrency 1.
+ *  - (review) one round-robin cursor for all queues: another queue's group 'z' sent every claim of
+ *    queue 'lim' back to group 'a' (b waited for all of a).
+ *  - (review) no room hint for a group-limited queue (roomLeft is always 0 without a queue-wide
+ *    limit): the second task's worker waited for its one-minute poll.
  *  - queueRoom without the wait of a full group window (NULL instead): after the first
  *    window filled the workers slept until their one-minute poll; 15 of 36 jobs done in 15 s.
  */
@@ -87,6 +95,42 @@ describe('round-robin between groups', () => {
     expect(order.slice(0, 8).filter((p) => p.startsWith('b'))).toEqual(['b0', 'b1', 'b2']);
   });
 
+  test('another queue’s groups do not move a queue’s rotation (one cursor per queue)', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('lim', { concurrency: 1 });
+    await queue.enqueueMany(
+      ['a', 'b'].flatMap((group) =>
+        Array.from({ length: 10 }, (_, i) => ({
+          task: 'g.lim',
+          payload: `${group}${i}`,
+          queue: 'lim',
+          group,
+        })),
+      ),
+    );
+    await queue.enqueueMany(
+      Array.from({ length: 500 }, () => ({ task: 'g.free', payload: null, queue: 'free', group: 'z' })),
+    );
+    const order: string[] = [];
+    const worker = db.worker({
+      concurrency: 2,
+      prefetch: 0,
+      pollIntervalMs: 60_000,
+      tasks: {
+        'g.lim': async (payload: string) => {
+          order.push(payload);
+          await sleep(20);
+        },
+        'g.free': () => undefined,
+      },
+    });
+    await worker.start();
+    await expect.poll(() => order.length, { timeout: 10_000 }).toBeGreaterThanOrEqual(6);
+    await worker.stop();
+    // a and b alternate; with one cursor for both queues, 'z' sent every claim back to 'a'.
+    expect(order.slice(0, 6).filter((p) => p.startsWith('b')).length).toBeGreaterThanOrEqual(2);
+  });
+
   test('grouped and ungrouped jobs of one queue are both claimed; priority still comes first', async () => {
     const queue = db.queue();
     await queue.enqueueMany([
@@ -142,6 +186,72 @@ function maxOverlap(runs: Runs): number {
 }
 
 describe('group limits across racing workers', () => {
+  test('a group with jobs at two priorities still runs one at a time (groupConcurrency 1)', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('two-prio', { groupConcurrency: 1 });
+    await queue.enqueueMany(
+      [0, 5].flatMap((priority) =>
+        Array.from({ length: 5 }, () => ({
+          task: 'g.prio',
+          payload: null,
+          queue: 'two-prio',
+          group: 'A',
+          priority,
+        })),
+      ),
+    );
+    const runs: Runs = new Map();
+    let done = 0;
+    const worker = db.worker({
+      concurrency: 4,
+      pollIntervalMs: 60_000,
+      tasks: {
+        'g.prio': async () => {
+          const start = performance.now();
+          await sleep(30);
+          record(runs, 'A', start, performance.now());
+          done++;
+        },
+      },
+    });
+    await worker.start();
+    await expect.poll(() => done, { timeout: 10_000 }).toBe(10);
+    await worker.stop();
+    expect(maxOverlap(runs)).toBe(1);
+  });
+
+  test('room freed in a group wakes another worker at once (different tasks, one group)', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('handoff', { groupConcurrency: 1 });
+    const finishedAt: Record<string, number> = {};
+    const startedAt: Record<string, number> = {};
+    const w1 = db.worker({
+      pollIntervalMs: 60_000,
+      tasks: {
+        'g.first': async () => {
+          await sleep(400);
+          finishedAt.first = Date.now();
+        },
+      },
+    });
+    const w2 = db.worker({
+      pollIntervalMs: 60_000,
+      tasks: {
+        'g.second': () => {
+          startedAt.second = Date.now();
+        },
+      },
+    });
+    await w1.start();
+    await queue.enqueue('g.first', null, { queue: 'handoff', group: 'A' });
+    await sleep(150); // the first job is running: the group is full
+    await w2.start();
+    await queue.enqueue('g.second', null, { queue: 'handoff', group: 'A' });
+    await expect.poll(() => startedAt.second, { timeout: 5_000 }).toBeDefined();
+    expect((startedAt.second as number) - (finishedAt.first as number)).toBeLessThan(1_500);
+    await Promise.all([w1.stop(), w2.stop()]);
+  });
+
   test('groupConcurrency 1 with 200 groups, 4 workers × 20 slots: never two of one group at once', async () => {
     const queue = db.queue();
     await queue.configureQueue('tenants', { groupConcurrency: 1 });
