@@ -25,8 +25,10 @@ export interface ChildSpec {
   deleteCompleted?: boolean;
   /** W7: send 'waiting' and start the consumer only on a 'go' message (children start together). */
   hold?: boolean;
-  /** W8: each handler waits this long. */
+  /** W8, W9: each handler waits this long. */
   handlerMs?: number;
+  /** W9: at most this many running jobs per group (systems that set it on the consumer). */
+  groupConcurrency?: number;
 }
 
 export interface ChildResult {
@@ -108,6 +110,7 @@ async function main(): Promise<void> {
         onError,
         ...(spec.deleteCompleted ? { deleteCompleted: true } : {}),
         ...(spec.handlerMs ? { handlerMs: spec.handlerMs } : {}),
+        ...(spec.groupConcurrency ? { groupConcurrency: spec.groupConcurrency } : {}),
       }),
       60_000,
       `${spec.system} consumer start`,

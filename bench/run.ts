@@ -23,7 +23,7 @@ import {
   resultsTable,
 } from './lib/report.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
-import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8 } from './lib/workloads.js';
+import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
 import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
@@ -43,6 +43,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W5: w5,
   W7: w7,
   W8: w8,
+  W9: w9,
 };
 
 /** The one metric printed per run in the progress log. */
@@ -60,6 +61,8 @@ function headline(workload: WorkloadName, m: Metrics): string {
         .join(', ');
     case 'W8':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofLimit ?? Number.NaN) * 100)} % of what the limit allows)`;
+    case 'W9':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofBound ?? Number.NaN) * 100)} % of what one running job per group allows)`;
     case 'W5':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     default:
@@ -104,6 +107,7 @@ async function runWorkloads(
       for (const driver of order) {
         if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
         if (workload === 'W8' && !driver.limitConcurrency) continue; // no global concurrency limit
+        if (workload === 'W9' && !driver.limitGroups) continue; // no group keys
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;
         if (cell.failed) continue;

@@ -1,7 +1,7 @@
 /** Command line and sizes of every workload (full run, or --quick smoke run). */
 import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
 
-export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'W8', 'pgbench'] as const;
+export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'W8', 'W9', 'pgbench'] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface Sizes {
@@ -35,6 +35,15 @@ export interface Sizes {
   w8Concurrency: number;
   w8Limit: number;
   w8HandlerMs: number;
+  /**
+   * W9: jobs spread over `w9Groups` group keys (one per tenant), drained by `w9Processes` ×
+   * `w9Concurrency` with at most one running job per group, each handler `w9HandlerMs`.
+   */
+  w9Jobs: number;
+  w9Groups: number;
+  w9Processes: number;
+  w9Concurrency: number;
+  w9HandlerMs: number;
 }
 
 export const FULL: Sizes = {
@@ -66,6 +75,11 @@ export const FULL: Sizes = {
   w8Concurrency: 50,
   w8Limit: 50,
   w8HandlerMs: 10,
+  w9Jobs: 20_000,
+  w9Groups: 1_000,
+  w9Processes: 4,
+  w9Concurrency: 50,
+  w9HandlerMs: 10,
 };
 
 export const QUICK: Sizes = {
@@ -84,6 +98,8 @@ export const QUICK: Sizes = {
   w7Jobs: 2_000,
   w7Processes: [1, 2],
   w8Jobs: 1_000,
+  w9Jobs: 1_000,
+  w9Groups: 100,
 };
 
 export interface Config {
@@ -107,7 +123,7 @@ export const USAGE = `Usage: npm run bench -- [options]
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W8, pgbench)
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, pgbench)
 
 Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
 (default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),

@@ -127,6 +127,14 @@ export function rows(config: Config): Row[] {
       unit: 'jobs/s',
       better: 'higher',
     },
+    {
+      workload: 'W9',
+      metric: 'jobsPerSec',
+      label: `W9 fair groups: ${n(s.w9Jobs)} jobs over ${n(s.w9Groups)} group keys, one running job per group, ${s.w9Processes} processes × ${s.w9Concurrency}, ${s.w9HandlerMs} ms handlers (at most ${n((Math.min(s.w9Groups, s.w9Processes * s.w9Concurrency) / s.w9HandlerMs) * 1000)}/s)`,
+      short: 'W9 fair groups',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
     ...s.w7Processes.map(
       (processes): Row => ({
         workload: 'W7',

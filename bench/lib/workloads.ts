@@ -19,8 +19,10 @@ export interface RunContext {
   log(message: string): void;
 }
 
-function payloads(count: number, from = 0): BenchPayload[] {
-  return Array.from({ length: count }, (_, k) => ({ i: from + k, t: 0 }));
+function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
+  return Array.from({ length: count }, (_, k) =>
+    groups > 0 ? { i: from + k, t: 0, g: (from + k) % groups } : { i: from + k, t: 0 },
+  );
 }
 
 /** Resolves the resources opened by `body` (producers, consumers, children) in reverse order. */
@@ -43,9 +45,9 @@ async function openProducer(
 }
 
 /** Enqueues `count` jobs through the batch API in chunks (untimed setup). */
-async function preload(producer: Producer, count: number, chunk: number): Promise<void> {
+async function preload(producer: Producer, count: number, chunk: number, groups = 0): Promise<void> {
   for (let from = 0; from < count; from += chunk) {
-    await producer.enqueueBatch(payloads(Math.min(chunk, count - from), from));
+    await producer.enqueueBatch(payloads(Math.min(chunk, count - from), from, groups));
   }
 }
 
@@ -273,7 +275,14 @@ export async function w5(driver: SystemDriver, ctx: RunContext): Promise<Metrics
 async function drainWithChildren(
   driver: SystemDriver,
   ctx: RunContext,
-  run: { jobs: number; processes: number; concurrency: number; handlerMs?: number; what: string },
+  run: {
+    jobs: number;
+    processes: number;
+    concurrency: number;
+    handlerMs?: number;
+    groupConcurrency?: number;
+    what: string;
+  },
 ): Promise<{ ms: number; extraRuns: number }> {
   const drainLimit = Math.max(120_000, run.jobs * (run.handlerMs ? 20 : 10));
   const children: WorkerChild[] = [];
@@ -289,6 +298,7 @@ async function drainWithChildren(
           lifetimeMs: drainLimit + 120_000,
           hold: true,
           ...(run.handlerMs ? { handlerMs: run.handlerMs } : {}),
+          ...(run.groupConcurrency ? { groupConcurrency: run.groupConcurrency } : {}),
         }).then((started) => {
           children.push(started.child);
           return started.child;
@@ -373,6 +383,39 @@ export async function w8(driver: SystemDriver, ctx: RunContext): Promise<Metrics
   });
   const jobsPerSec = (w8Jobs / ms) * 1000;
   return { jobsPerSec, ofLimit: jobsPerSec / ((w8Limit / w8HandlerMs) * 1000) };
+}
+
+/**
+ * W9 (fair groups, SPEC §8): `w9Jobs` pre-enqueued jobs spread round-robin over `w9Groups` group
+ * keys (tenants), drained by `w9Processes` worker processes × `w9Concurrency` with the system's
+ * own per-group limit of one running job per group, each handler taking `w9HandlerMs`: the most
+ * that allows is min(groups, processes × concurrency) / w9HandlerMs × 1000 jobs/s. Metrics:
+ * `jobsPerSec`, and `ofBound` (that rate as a share of the bound). Timed like W7.
+ */
+export async function w9(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { w9Jobs, w9Groups, w9Processes, w9Concurrency, w9HandlerMs, w1Chunk } = ctx.sizes;
+  if (!driver.limitGroups) throw new Error(`not supported: ${driver.noGroups ?? 'no group keys'}`);
+  await withTimeout(driver.reset(), 120_000, 'reset');
+  await driver.limitGroups(1);
+  await using(async (defer) => {
+    const producer = await openProducer(driver, defer);
+    await withTimeout(
+      preload(producer, w9Jobs, w1Chunk, w9Groups),
+      Math.max(120_000, w9Jobs * 10),
+      'pre-enqueue',
+    );
+  });
+  const { ms } = await drainWithChildren(driver, ctx, {
+    jobs: w9Jobs,
+    processes: w9Processes,
+    concurrency: w9Concurrency,
+    handlerMs: w9HandlerMs,
+    groupConcurrency: 1,
+    what: 'W9',
+  });
+  const jobsPerSec = (w9Jobs / ms) * 1000;
+  const bound = (Math.min(w9Groups, w9Processes * w9Concurrency) / w9HandlerMs) * 1000;
+  return { jobsPerSec, ofBound: jobsPerSec / bound };
 }
 
 /** Tables of a schema, for VACUUM ANALYZE. */

@@ -47,6 +47,7 @@ interface IORedis {
 
 export class BullMQDriver implements SystemDriver {
   readonly name = 'bullmq' as const;
+  readonly noGroups = 'groups and per-group limits are in BullMQ Pro only (not open source)';
   readonly deletesCompleted = 'no' as const;
   private mod: BullMQ | null = null;
   private counter: BullQueue | null = null;

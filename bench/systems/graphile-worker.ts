@@ -17,7 +17,7 @@ const COMPLETE_BATCH_DELAY_MS = 0;
 type LogFunction = (level: string, message: string, meta?: unknown) => void;
 interface WorkerUtils {
   addJob(identifier: string, payload: unknown): Promise<unknown>;
-  addJobs(specs: { identifier: string; payload: unknown }[]): Promise<unknown>;
+  addJobs(specs: { identifier: string; payload: unknown; queueName?: string }[]): Promise<unknown>;
   release(): Promise<void>;
 }
 interface Runner {
@@ -41,6 +41,11 @@ export class GraphileWorkerDriver implements SystemDriver {
   readonly noConcurrencyLimit =
     'no global limit of N running jobs: a named job queue runs its jobs one at a time (N = 1 only)';
   private mod: GraphileWorker | null = null;
+
+  /** W9: a named job queue per group (`queueName`): graphile-worker runs one job of it at a time. */
+  async limitGroups(n: number): Promise<void> {
+    if (n !== 1) throw new Error('not supported: a named job queue runs one job at a time (n = 1 only)');
+  }
 
   constructor(private readonly env: BenchEnv) {}
 
@@ -90,7 +95,13 @@ export class GraphileWorkerDriver implements SystemDriver {
         await utils.addJob(TASK, payload);
       },
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
-        await utils.addJobs(payloads.map((payload) => ({ identifier: TASK, payload })));
+        await utils.addJobs(
+          payloads.map((payload) =>
+            payload.g === undefined
+              ? { identifier: TASK, payload }
+              : { identifier: TASK, payload, queueName: `g${payload.g}` },
+          ),
+        );
       },
       close: () => utils.release(),
     };
@@ -106,8 +117,9 @@ export class GraphileWorkerDriver implements SystemDriver {
       noHandleSignals: true,
       logger: this.logger(options.onError),
       taskList: {
-        [TASK]: (payload: BenchPayload) => {
+        [TASK]: async (payload: BenchPayload) => {
           options.onJob(payload);
+          if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
         },
       },
       preset: {

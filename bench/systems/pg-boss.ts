@@ -22,7 +22,7 @@ interface PgBoss {
   on(event: string, listener: (value: unknown) => void): unknown;
   createQueue(name: string, options?: Record<string, unknown>): Promise<void>;
   send(name: string, data: object): Promise<string | null>;
-  insert(name: string, jobs: { data: object }[]): Promise<unknown>;
+  insert(name: string, jobs: { data: object; group?: { id: string } }[]): Promise<unknown>;
   work(
     name: string,
     options: Record<string, unknown>,
@@ -43,6 +43,9 @@ export class PgBossDriver implements SystemDriver {
   readonly noConcurrencyLimit =
     "no global limit of N running jobs (a queue's policy allows one active job, or none, per singleton key)";
   private mod: PgBossModule | null = null;
+
+  /** W9: jobs carry `group: { id }`; the consumer's `work()` gets `groupConcurrency` (global, in the database). */
+  async limitGroups(_n: number): Promise<void> {}
 
   constructor(private readonly env: BenchEnv) {}
 
@@ -90,7 +93,7 @@ export class PgBossDriver implements SystemDriver {
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
         await boss.insert(
           TASK,
-          payloads.map((data) => ({ data })),
+          payloads.map((data) => (data.g === undefined ? { data } : { data, group: { id: `g${data.g}` } })),
         );
       },
       close: () => boss.stop({ graceful: true, timeout: 10_000 }),
@@ -108,12 +111,14 @@ export class PgBossDriver implements SystemDriver {
           perJobResults: true,
           burstWhenBatchFull: true,
           pollingIntervalSeconds: 0.5,
+          ...(options.groupConcurrency ? { groupConcurrency: options.groupConcurrency } : {}),
         },
-        async (jobs) =>
-          jobs.map((job) => {
-            options.onJob(job.data);
-            return { id: job.id, status: 'completed' as const };
-          }),
+        async (jobs) => {
+          for (const job of jobs) options.onJob(job.data);
+          // W9: the batch's jobs run side by side, each for handlerMs.
+          if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
+          return jobs.map((job) => ({ id: job.id, status: 'completed' as const }));
+        },
       );
     } catch (error) {
       await boss.stop({ graceful: false, timeout: 5_000 }).catch(() => {});

@@ -65,6 +65,16 @@ export class SkiplockDriver implements SystemDriver {
     }
   }
 
+  /** W9: `configureQueue('default', { groupConcurrency })`; jobs carry `group: 'g<n>'`. */
+  async limitGroups(n: number): Promise<void> {
+    const queue = this.queue(1);
+    try {
+      await queue.configureQueue('default', { groupConcurrency: n });
+    } finally {
+      await queue.close();
+    }
+  }
+
   async remaining(): Promise<number> {
     this.counter ??= this.queue(2);
     const counts = await this.counter.counts();
@@ -78,7 +88,13 @@ export class SkiplockDriver implements SystemDriver {
         await queue.enqueue(TASK, payload);
       },
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
-        await queue.enqueueMany(payloads.map((payload) => ({ task: TASK, payload })));
+        await queue.enqueueMany(
+          payloads.map((payload) =>
+            payload.g === undefined
+              ? { task: TASK, payload }
+              : { task: TASK, payload, group: `g${payload.g}` },
+          ),
+        );
       },
       close: () => queue.close(),
     };

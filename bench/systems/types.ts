@@ -17,6 +17,8 @@ export const DISPLAY_NAMES: Record<SystemName, string> = {
 export interface BenchPayload {
   i: number;
   t: number;
+  /** W9: the job's group (tenant) number; the driver enqueues it with the system's group key. */
+  g?: number;
 }
 
 /** Where the systems live. */
@@ -44,6 +46,8 @@ export interface ConsumerOptions {
   deleteCompleted?: boolean;
   /** W8: each handler waits this long (a job that takes time, so a concurrency limit binds). */
   handlerMs?: number;
+  /** W9: at most this many running jobs per group, where the system sets it on the consumer. */
+  groupConcurrency?: number;
 }
 
 export interface Consumer {
@@ -73,6 +77,14 @@ export interface SystemDriver {
   limitConcurrency?(n: number): Promise<void>;
   /** W8: why the system has no global concurrency limit (for the report). */
   readonly noConcurrencyLimit?: string;
+  /**
+   * W9: prepares a run in which each group key (`BenchPayload.g`) has at most `n` running jobs
+   * across every worker process, with the system's own group feature; absent when the
+   * open-source system has none.
+   */
+  limitGroups?(n: number): Promise<void>;
+  /** W9: why the system has no per-group concurrency limit (for the report). */
+  readonly noGroups?: string;
   /** Drops this system's schema (or keys): the cleanup at the end of a run. */
   drop(): Promise<void>;
   /** Jobs not finished yet (queued or running), as the system's storage says. */
