@@ -74,7 +74,9 @@ export async function inTransaction<T>(
   fn: (session: Executor) => Promise<T>,
 ): Promise<T> {
   return withSession(pool, async (session, markBroken) => {
-    await run(session, 'BEGIN', markBroken);
+    // Skiplock's own transactions count what other claims committed before a lock was granted
+    // (limited queues): that needs READ COMMITTED, whatever the role's default.
+    await run(session, 'BEGIN ISOLATION LEVEL READ COMMITTED', markBroken);
     let result: T;
     try {
       result = await fn(session);

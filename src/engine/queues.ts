@@ -274,7 +274,7 @@ export async function claimLimited(
   engine.assertOpen();
   const { store } = engine;
   if (onlyGroupConcurrency(queue)) {
-    const { jobs } = await store.queues.claimLimited(
+    const { jobs, lockBusy } = await store.queues.claimLimited(
       engine.pool,
       claim.workerId,
       queue.name,
@@ -285,13 +285,14 @@ export async function claimLimited(
       true,
     );
     engine.served(jobs);
-    return { jobs, waitMs: null, roomLeft: 0 };
+    // A group skipped because another claimer held its lock may still have room: look again.
+    return { jobs, waitMs: lockBusy && jobs.length < limit ? LOCK_BUSY_RETRY_MS : null, roomLeft: 0 };
   }
   return inTransaction(engine.pool, async (tx) => {
     if (!(await store.queues.tryLock(tx, queue.name))) {
       return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS, roomLeft: 0 };
     }
-    const { jobs, roomLeft } = await store.queues.claimLimited(
+    const { jobs, roomLeft, lockBusy } = await store.queues.claimLimited(
       tx,
       claim.workerId,
       queue.name,
@@ -302,6 +303,9 @@ export async function claimLimited(
     );
     engine.served(jobs);
     if (jobs.length === limit) return { jobs, waitMs: null, roomLeft: roomLeft ?? 0 };
+    // A group locked by a claimer without the queue lock (its settings read just before they
+    // changed): look again shortly.
+    if (lockBusy) return { jobs, waitMs: LOCK_BUSY_RETRY_MS, roomLeft: roomLeft ?? 0 };
     // Took less than asked: the room its rows reported, or (no row) a look; a rate-limited queue
     // without room says when its window reopens.
     if (roomLeft !== null && (roomLeft > 0 || queue.rate_limit === null) && queue.group_rate_limit === null)

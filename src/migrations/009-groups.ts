@@ -67,7 +67,7 @@ CREATE INDEX group_starts_at_idx ON ${s}.group_starts (queue, at);
 CREATE FUNCTION ${s}.pick_groups(p_limit integer, p_tasks text[], p_queue text,
                                  p_gc integer, p_grl integer, p_grp_ms integer, p_at timestamptz,
                                  p_after text, p_lock text)
-RETURNS TABLE (o_id bigint, o_priority integer, o_rnk integer, o_seq integer)
+RETURNS TABLE (o_id bigint, o_priority integer, o_rnk integer, o_seq integer, o_run_after timestamptz)
 LANGUAGE plpgsql
 VOLATILE
 -- every probe a descent of jobs_group_claim_idx, whatever the statistics (a big group made the
@@ -83,8 +83,9 @@ DECLARE
   used     jsonb := '{}';   -- jobs taken per group in this call (a group may sit at two priorities)
   prio     integer;
   done_prio integer;
-  nxt      text;
-  cur      text;
+  nxt      text COLLATE "C";   -- the walk's order is the index's: every comparison in "C"
+  cur      text COLLATE "C";
+  busy     boolean := false;
   wrapped  boolean;
   g_key    text[];
   g_room   integer[];
@@ -101,6 +102,11 @@ DECLARE
   pick     record;
 BEGIN
   IF p_limit <= 0 THEN RETURN; END IF;
+  IF p_lock IS NOT NULL AND current_setting('transaction_isolation') <> 'read committed' THEN
+    -- the recount after a group's lock must see the claims committed before it
+    RAISE EXCEPTION 'skiplock claims need READ COMMITTED, not %', current_setting('transaction_isolation')
+      USING HINT = 'Set default_transaction_isolation to read committed for the role Skiplock connects as.';
+  END IF;
   SELECT j.priority INTO prio FROM ${s}.jobs AS j
   WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue
   ORDER BY j.queue, j.priority LIMIT 1;
@@ -122,15 +128,18 @@ BEGIN
         cur := NULL;
         CONTINUE;
       END IF;
-      EXIT WHEN wrapped AND p_after IS NOT NULL AND nxt > p_after;   -- all the way round
+      EXIT WHEN wrapped AND p_after IS NOT NULL AND nxt > p_after COLLATE "C";   -- all the way round
       cur := nxt;
       room := p_limit;
-      IF limited AND p_lock IS NOT NULL THEN
+      IF p_gc IS NOT NULL AND p_lock IS NOT NULL THEN
         -- a quick look first (a full group is skipped without a lock), then under the lock
         CONTINUE WHEN p_gc <= (SELECT count(*) FROM ${s}.jobs AS r
                                WHERE r.status = 'running' AND r.queue = p_queue AND r.group_key = nxt)
                              + coalesce((used ->> nxt)::int, 0);
-        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext(p_lock || ':' || p_queue), hashtext(nxt));
+        IF NOT pg_try_advisory_xact_lock(hashtext(p_lock || ':' || p_queue), hashtext(nxt)) THEN
+          busy := true;   -- another claimer is in this group: the caller looks again shortly
+          CONTINUE;
+        END IF;
       END IF;
       IF limited THEN
         room := least(p_limit,
@@ -154,7 +163,7 @@ BEGIN
       ng := ng + 1;
       g_key[ng] := nxt; g_room[ng] := room - 1; g_ra[ng] := pick.run_after; g_id[ng] := pick.id;
       IF limited THEN used := used || jsonb_build_object(nxt, coalesce((used ->> nxt)::int, 0) + 1); END IF;
-      o_id := pick.id; o_priority := prio; o_rnk := 1; o_seq := seq;
+      o_id := pick.id; o_priority := prio; o_rnk := 1; o_seq := seq; o_run_after := pick.run_after;
       RETURN NEXT;
     END LOOP;
     -- rounds 2, 3, …: only after going all the way round with room to spare
@@ -185,7 +194,7 @@ BEGIN
           IF limited THEN
             used := used || jsonb_build_object(g_key[k], coalesce((used ->> g_key[k])::int, 0) + 1);
           END IF;
-          o_id := pick.id; o_priority := prio; o_rnk := rnd; o_seq := seq;
+          o_id := pick.id; o_priority := prio; o_rnk := rnd; o_seq := seq; o_run_after := pick.run_after;
           RETURN NEXT;
           IF active = 1 THEN rnd := rnd + 1; END IF;
         END LOOP;
@@ -198,6 +207,11 @@ BEGIN
     WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue AND j.priority > done_prio
     ORDER BY j.queue, j.priority LIMIT 1;
   END LOOP;
+  IF busy AND taken < p_limit THEN
+    -- a marker, not a job (id -1): a group was skipped for its lock, and this pick is short
+    o_id := -1; o_priority := NULL; o_rnk := NULL; o_seq := NULL; o_run_after := NULL;
+    RETURN NEXT;
+  END IF;
 END
 $fn$;
 
@@ -236,7 +250,7 @@ SET enable_bitmapscan = off
 SET jit = off
 AS $fn$
   WITH plain AS MATERIALIZED (
-    SELECT j.id, j.priority FROM ${s}.jobs AS j
+    SELECT j.id, j.priority, j.run_after FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now()
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
       AND (p_queues IS NULL OR j.queue = ANY (p_queues))
@@ -256,7 +270,7 @@ AS $fn$
         WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue > w.queue
         ORDER BY j.queue LIMIT 1) AS nx
     )
-    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq
+    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq, g.o_run_after AS run_after
     FROM queues_with_groups AS w
     CROSS JOIN LATERAL ${s}.pick_groups(p_limit, p_tasks, w.queue, NULL, NULL, NULL, NULL, p_after ->> w.queue, NULL) AS g
     WHERE (p_queues IS NULL OR w.queue = ANY (p_queues))
@@ -266,12 +280,13 @@ AS $fn$
                              OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL))
   )
   SELECT x.id FROM (
-    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round
-    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq FROM plain AS p
+    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round;
+    -- ties between sources go to the older job
+    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq, p.run_after FROM plain AS p
     UNION ALL
-    SELECT g.id, g.priority, g.rnk, g.seq FROM grouped AS g
+    SELECT g.id, g.priority, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
   ) AS x
-  ORDER BY x.priority, x.rnk, x.seq
+  ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
   LIMIT p_limit
 $fn$;
 
@@ -291,14 +306,14 @@ SET jit = off
 SET enable_seqscan = off
 AS $fn$
   WITH plain AS MATERIALIZED (
-    SELECT j.id, j.priority FROM ${s}.jobs AS j
+    SELECT j.id, j.priority, j.run_after FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now() AND j.queue = p_queue
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED
   ), grouped AS MATERIALIZED (
-    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq
+    SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq, g.o_run_after AS run_after
     FROM ${s}.queues AS q
     CROSS JOIN LATERAL ${s}.pick_groups(p_limit, p_tasks, p_queue, q.group_concurrency,
                                         q.group_rate_limit, q.group_rate_period_ms, p_at, p_after, p_lock) AS g
@@ -307,14 +322,18 @@ AS $fn$
       AND EXISTS (SELECT 1 FROM ${s}.jobs AS j
                   WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue)
   )
-  SELECT x.id FROM (
-    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round
-    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq FROM plain AS p
+  (SELECT x.id FROM (
+    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round;
+    -- ties go to the older job
+    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq, p.run_after FROM plain AS p
     UNION ALL
-    SELECT g.id, g.priority, g.rnk, g.seq FROM grouped AS g
+    SELECT g.id, g.priority, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
   ) AS x
-  ORDER BY x.priority, x.rnk, x.seq
-  LIMIT p_limit
+  ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
+  LIMIT p_limit)
+  UNION ALL
+  -- pick_groups's marker: a group skipped for its lock (the claim looks again shortly)
+  SELECT -1 WHERE EXISTS (SELECT 1 FROM grouped AS g WHERE g.id = -1)
 $fn$;
 `,
 };

@@ -104,14 +104,19 @@ export function queueSql(s: string) {
      * or unconfigured queue gets nothing here. §1.2 the outer WHERE re-checks the status; §1.3 a
      * new claim token; §1.4 database time.
      * $1 worker_id, $2 queue, $3 limit, $4 tasks (or null), $5 lease ms, $6 the group this claimer
-     * served last (or null), $7 with no queue lock held (groupConcurrency is the queue's only
-     * limit): the namespace of the per-group locks pick_groups takes instead.
+     * served last (or null), $7 the namespace of the per-group locks pick_groups takes for a
+     * queue with groupConcurrency, $8 true when no queue lock is held (groupConcurrency is the
+     * queue's only limit). Rows of a group skipped for its lock: one marker row (lock_busy).
      */
     queueClaimLimited: `
       WITH cfg AS MATERIALIZED (
         SELECT concurrency, rate_limit, rate_period_ms, group_rate_limit, group_rate_period_ms,
                clock_timestamp() AS t
         FROM ${queues} WHERE name = $2 AND NOT paused
+          -- without the queue lock ($8) only a queue whose one limit is groupConcurrency (a
+          -- worker that read its settings before they changed claims nothing until it re-reads)
+          AND NOT ($8::boolean AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
+                                    OR group_rate_limit IS NOT NULL OR group_concurrency IS NULL))
       ), free AS MATERIALIZED (
         -- the room its limits leave (least() skips a limit that is not set)
         SELECT least(
@@ -149,8 +154,14 @@ export function queueSql(s: string) {
         DELETE FROM ${s}.group_starts AS gs USING cfg AS c
         WHERE gs.queue = $2 AND gs.at <= c.t - coalesce(c.group_rate_period_ms, 0) * interval '1 millisecond'
       )
-      SELECT ${JOB_COLUMN_NAMES}, (SELECT free FROM free) AS room_free
-      FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id ORDER BY picked.pick_ord`,
+      SELECT ${JOB_COLUMN_NAMES}, (SELECT free FROM free) AS room_free, false AS lock_busy, picked.pick_ord
+      FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
+      UNION ALL
+      -- pick_groups's marker (id -1): a group was skipped for its lock; the claimer looks again
+      SELECT ${JOB_COLUMN_NAMES.split(', ')
+        .map((column) => `NULL AS ${column}`)
+        .join(', ')}, NULL, true, 0 FROM picked WHERE picked.pick_id = -1
+      ORDER BY pick_ord`,
 
     /**
      * §8 after a limited claim that took less than it asked for, in its transaction (which sees
@@ -237,19 +248,17 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     tasks: string[] | null,
     leaseMs: number,
     afterGroup: string | null = null,
-    lockGroups = false,
-  ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null }> {
-    const rows = await this.run<JobRow & { room_free: number | null }>(tx, this.sql.queueClaimLimited, [
-      workerId,
-      queue,
-      limit,
-      tasks,
-      leaseMs,
-      afterGroup,
-      lockGroups ? `skiplock-group:${this.schema}` : null,
-    ]);
+    withoutQueueLock = false,
+  ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null; lockBusy: boolean }> {
+    const all = await this.run<JobRow & { room_free: number | null; lock_busy: boolean }>(
+      tx,
+      this.sql.queueClaimLimited,
+      [workerId, queue, limit, tasks, leaseMs, afterGroup, `skiplock-group:${this.schema}`, withoutQueueLock],
+    );
+    const rows = all.filter((row) => !row.lock_busy);
     const free = rows[0]?.room_free;
     return {
+      lockBusy: rows.length < all.length,
       jobs: rows.map(toClaimedJob),
       roomLeft: rows.length === 0 || free === null || free === undefined ? null : Number(free) - rows.length,
     };

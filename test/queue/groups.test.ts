@@ -22,11 +22,18 @@
  *    queue 'lim' back to group 'a' (b waited for all of a).
  *  - (review) no room hint for a group-limited queue (roomLeft is always 0 without a queue-wide
  *    limit): the second task's worker waited for its one-minute poll.
+ *  - (second review) the merge breaking ties between sources by input order (ORDER BY priority,
+ *    round, seq): with one job per claim, B waited behind the other queue's 300 ungrouped jobs.
+ *  - (second review) a group skipped for its lock reported nothing (waitMs null): the worker
+ *    waited for its one-minute poll after the lock was released.
+ *  - (second review) the claim without the queue lock not checking the queue's settings: a worker
+ *    that had read them before a queue-wide limit was set ran jobs past concurrency 1.
  *  - queueRoom without the wait of a full group window (NULL instead): after the first
  *    window filled the workers slept until their one-minute poll; 15 of 36 jobs done in 15 s.
  */
 import { describe, expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
+import { engineOf } from '../../src/engine/engine.js';
 import type { Worker } from '../../src/index.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
@@ -131,6 +138,30 @@ describe('round-robin between groups', () => {
     expect(order.slice(0, 6).filter((p) => p.startsWith('b')).length).toBeGreaterThanOrEqual(2);
   });
 
+  test('a grouped job is not held back by another queue’s ungrouped backlog (one job per claim)', async () => {
+    const queue = db.queue();
+    await queue.enqueueMany(
+      Array.from({ length: 300 }, () => ({ task: 'g.tie', payload: 'u', queue: 'tie-plain' })),
+    );
+    await queue.enqueue('g.tie', 'B', {
+      queue: 'tie-grouped',
+      group: 'B',
+      runAt: new Date(Date.now() - 3_600_000),
+    });
+    const order: string[] = [];
+    const worker = db.worker({
+      concurrency: 1,
+      prefetch: 0,
+      pollIntervalMs: 60_000,
+      tasks: { 'g.tie': (payload: string) => void order.push(payload) },
+    });
+    await worker.start();
+    await expect.poll(() => order.length, { timeout: 10_000 }).toBeGreaterThanOrEqual(3);
+    await worker.stop();
+    // The first picks of every source tie (round 1, first pick): the older job goes first.
+    expect(order.slice(0, 2)).toContain('B');
+  });
+
   test('grouped and ungrouped jobs of one queue are both claimed; priority still comes first', async () => {
     const queue = db.queue();
     await queue.enqueueMany([
@@ -186,6 +217,65 @@ function maxOverlap(runs: Runs): number {
 }
 
 describe('group limits across racing workers', () => {
+  test('a claimer holding a group’s lock does not leave the group idle: the other looks again', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('busy', { groupConcurrency: 3 });
+    await queue.enqueueMany(
+      Array.from({ length: 3 }, () => ({ task: 'g.busy', payload: null, queue: 'busy', group: 'g' })),
+    );
+    // Another claimer in the middle of its claim: it holds group g's lock.
+    const holder = await db.pool.connect();
+    await holder.query('BEGIN');
+    await holder.query('SELECT pg_advisory_xact_lock(hashtext($1), hashtext($2))', [
+      `skiplock-group:${TEST_SCHEMA}:busy`,
+      'g',
+    ]);
+    let started = 0;
+    const worker = db.worker({
+      concurrency: 3,
+      pollIntervalMs: 60_000,
+      tasks: { 'g.busy': () => void started++ },
+    });
+    await worker.start();
+    await sleep(300);
+    expect(started).toBe(0); // the group is locked: skipped, not waited for
+    const releasedAt = Date.now();
+    await holder.query('COMMIT');
+    holder.release();
+    await expect.poll(() => started, { timeout: 5_000 }).toBe(3);
+    expect(Date.now() - releasedAt).toBeLessThan(1_500); // a retry, not the one-minute poll
+    await worker.stop();
+  });
+
+  test('a claimer with stale settings (groupConcurrency only) takes nothing once a queue-wide limit is set', async () => {
+    const queue = db.queue();
+    // The queue has a queue-wide limit as well: its claims take the queue lock …
+    await queue.configureQueue('stale', { groupConcurrency: 5, concurrency: 1 });
+    await queue.enqueueMany(
+      ['g', 'h'].flatMap((group) =>
+        Array.from({ length: 3 }, () => ({ task: 'g.stale', payload: null, queue: 'stale', group })),
+      ),
+    );
+    const { store } = engineOf(queue);
+    const tx = await db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      expect(await store.queues.tryLock(tx, 'stale')).toBe(true);
+      const locked = await store.queues.claimLimited(tx, 'w-locked', 'stale', 5, null, 60_000);
+      expect(locked.jobs).toHaveLength(1); // concurrency 1
+      // … while a worker that read them before the queue-wide limit was set claims without it.
+      const stale = await store.queues.claimLimited(db.pool, 'w-stale', 'stale', 5, null, 60_000, null, true);
+      expect(stale.jobs).toHaveLength(0);
+      await tx.query('COMMIT');
+    } finally {
+      tx.release();
+    }
+    const running = await db.sql<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${db.jobs} WHERE queue = 'stale' AND status = 'running'`,
+    );
+    expect(running[0]?.n).toBe(1);
+  });
+
   test('a group with jobs at two priorities still runs one at a time (groupConcurrency 1)', async () => {
     const queue = db.queue();
     await queue.configureQueue('two-prio', { groupConcurrency: 1 });
@@ -285,11 +375,11 @@ describe('group limits across racing workers', () => {
       );
     }
     await Promise.all(workers.map((w) => w.start()));
-    await expect.poll(() => done, { timeout: 30_000, interval: 100 }).toBe(groups * perGroup);
+    await expect.poll(() => done, { timeout: 50_000, interval: 100 }).toBe(groups * perGroup);
     await Promise.all(workers.map((w) => w.stop()));
     expect(maxOverlap(runs)).toBe(1);
     expect(runs.size).toBe(groups);
-  });
+  }, 90_000);
 
   test('groupRateLimit 5 per second: no group starts more than 5 jobs in any 1-second window', async () => {
     const queue = db.queue();
