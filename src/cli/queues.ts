@@ -3,7 +3,6 @@
  * `configure-queue QUEUE` for the global limits.
  */
 import { type Command, InvalidArgumentError } from 'commander';
-import { formatDuration } from '../core/duration.js';
 import type { QueueConfigOptions, QueueInfo } from '../types.js';
 import { print, withQueue } from './context.js';
 import { style, table } from './format.js';
@@ -71,6 +70,12 @@ Examples:
   $ skiplock configure-queue emails --concurrency none --rate-limit none`,
     )
     .action(async (name: string, flags: ConfigureFlags, command: Command) => {
+      if (Object.values(flags).every((value) => value === undefined)) {
+        command.error(
+          'configure-queue: give at least one of --concurrency, --rate-limit, --group-concurrency, --group-rate-limit (use pause/resume to pause a queue)',
+          { exitCode: 2 },
+        );
+      }
       const change: QueueConfigOptions = {
         ...(flags.concurrency === undefined
           ? {}
@@ -92,10 +97,15 @@ Examples:
     });
 }
 
+/** The largest limit and the longest period configureQueue accepts (core/queue-args.ts). */
+const MAX_LIMIT = 1_000_000;
+const MAX_PERIOD_MS = 86_400_000;
+
 function limitOrNone(value: string): number | typeof NONE {
   if (value === NONE) return NONE;
   const n = Number(value);
   if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError('must be a positive integer or none');
+  if (n > MAX_LIMIT) throw new InvalidArgumentError(`must be at most ${MAX_LIMIT.toLocaleString('en-US')}`);
   return n;
 }
 
@@ -106,8 +116,11 @@ function rateOrNone(value: string): { limit: number; periodMs: number } | typeof
   if (!match || !Number.isInteger(limit) || limit < 1) {
     throw new InvalidArgumentError('must be N/DURATION with N ≥ 1, such as 50/1s or 1000/1h, or none');
   }
+  if (limit > MAX_LIMIT)
+    throw new InvalidArgumentError(`N must be at most ${MAX_LIMIT.toLocaleString('en-US')}`);
   const periodMs = duration(match[2] as string);
   if (periodMs < 1) throw new InvalidArgumentError('the period must be at least 1 ms, e.g. 50/1s');
+  if (periodMs > MAX_PERIOD_MS) throw new InvalidArgumentError('the period must be at most 1d, e.g. 1000/1h');
   return { limit, periodMs };
 }
 
@@ -141,7 +154,20 @@ function render(queues: QueueInfo[]): string {
 }
 
 function rate(limit: { limit: number; periodMs: number }): string {
-  return `${limit.limit} per ${formatDuration(limit.periodMs)}`;
+  return `${limit.limit} per ${exactDuration(limit.periodMs)}`;
+}
+
+/** A period as set, never rounded (90 s stays 90 s, not "2 min"). */
+function exactDuration(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['min', 60_000],
+    ['s', 1_000],
+  ] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size} ${unit}`;
+  }
+  return `${ms} ms`;
 }
 
 /** The per-group limits in one cell: `1 running, 10 per 1m`, or – when there are none. */

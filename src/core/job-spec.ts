@@ -95,7 +95,10 @@ function groupArg(options: EnqueueOptions, at: (field: string) => string): strin
   const group = requireName(options.group, at('group'));
   const bytes = Buffer.byteLength(group);
   if (bytes > MAX_GROUP_BYTES) {
-    throw new ValidationError(at('group'), `must be at most ${MAX_GROUP_BYTES} bytes in UTF-8, got ${bytes}`);
+    throw new ValidationError(
+      at('group'),
+      `must be at most ${MAX_GROUP_BYTES} bytes in UTF-8, got ${bytes} bytes`,
+    );
   }
   const queueBytes = Buffer.byteLength(options.queue ?? DEFAULT_QUEUE);
   if (queueBytes + bytes > MAX_QUEUE_AND_GROUP_BYTES) {

@@ -647,12 +647,24 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       groupConcurrency: null,
       groupRateLimit: null,
     });
-    const [badRate, zeroRate, zeroPeriod, badConcurrency] = await Promise.all([
-      run(['configure-queue', 'cli-mail', '--rate-limit', 'fast']),
-      run(['configure-queue', 'cli-mail', '--rate-limit', '0/1s']),
-      run(['configure-queue', 'cli-mail', '--rate-limit', '50/0s']),
-      run(['configure-queue', 'cli-mail', '--concurrency', '0']),
-    ]);
+    const [badRate, zeroRate, zeroPeriod, badConcurrency, longPeriod, hugeGroup, nothing] = await Promise.all(
+      [
+        run(['configure-queue', 'cli-mail', '--rate-limit', 'fast']),
+        run(['configure-queue', 'cli-mail', '--rate-limit', '0/1s']),
+        run(['configure-queue', 'cli-mail', '--rate-limit', '50/0s']),
+        run(['configure-queue', 'cli-mail', '--concurrency', '0']),
+        run(['configure-queue', 'cli-mail', '--group-rate-limit', '3/2d']),
+        run(['configure-queue', 'cli-mail', '--group-concurrency', '2000000']),
+        run(['configure-queue', 'cli-mail']),
+      ],
+    );
+    oneLineError(longPeriod, 2, /--group-rate-limit.*period must be at most 1d/);
+    oneLineError(hugeGroup, 2, /--group-concurrency.*at most 1,000,000/);
+    oneLineError(nothing, 2, /give at least one of --concurrency/);
+    // A period is shown as set, not rounded (90 s, not "2 min").
+    expect(ok(await run(['configure-queue', 'cli-mail', '--group-rate-limit', '2/90s']))).toMatch(
+      /2 per 90 s per group/,
+    );
     oneLineError(badRate, 2, /--rate-limit.*must be N\/DURATION/);
     oneLineError(zeroRate, 2, /--rate-limit.*N ≥ 1/);
     oneLineError(zeroPeriod, 2, /--rate-limit.*period must be at least 1 ms/);
