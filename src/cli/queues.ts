@@ -3,6 +3,7 @@
  * `configure-queue QUEUE` for the global limits.
  */
 import { type Command, InvalidArgumentError } from 'commander';
+import { MAX_LIMIT, MAX_PERIOD_MS } from '../core/queue-args.js';
 import type { QueueConfigOptions, QueueInfo } from '../types.js';
 import { print, withQueue } from './context.js';
 import { style, table } from './format.js';
@@ -70,36 +71,23 @@ Examples:
   $ skiplock configure-queue emails --concurrency none --rate-limit none`,
     )
     .action(async (name: string, flags: ConfigureFlags, command: Command) => {
-      if (Object.values(flags).every((value) => value === undefined)) {
+      const change: QueueConfigOptions = {};
+      for (const key of ['concurrency', 'rateLimit', 'groupConcurrency', 'groupRateLimit'] as const) {
+        const value = flags[key];
+        if (value !== undefined) Object.assign(change, { [key]: value === NONE ? null : value });
+      }
+      if (Object.keys(change).length === 0) {
         command.error(
           'configure-queue: give at least one of --concurrency, --rate-limit, --group-concurrency, --group-rate-limit (use pause/resume to pause a queue)',
           { exitCode: 2 },
         );
       }
-      const change: QueueConfigOptions = {
-        ...(flags.concurrency === undefined
-          ? {}
-          : { concurrency: flags.concurrency === NONE ? null : flags.concurrency }),
-        ...(flags.rateLimit === undefined
-          ? {}
-          : { rateLimit: flags.rateLimit === NONE ? null : flags.rateLimit }),
-        ...(flags.groupConcurrency === undefined
-          ? {}
-          : { groupConcurrency: flags.groupConcurrency === NONE ? null : flags.groupConcurrency }),
-        ...(flags.groupRateLimit === undefined
-          ? {}
-          : { groupRateLimit: flags.groupRateLimit === NONE ? null : flags.groupRateLimit }),
-      };
       await withQueue(command, async (queue, options) => {
         const config = await queue.configureQueue(name, change);
         print(options, config, `Queue ${name}: ${limits(config)}.`);
       });
     });
 }
-
-/** The largest limit and the longest period configureQueue accepts (core/queue-args.ts). */
-const MAX_LIMIT = 1_000_000;
-const MAX_PERIOD_MS = 86_400_000;
 
 function limitOrNone(value: string): number | typeof NONE {
   if (value === NONE) return NONE;

@@ -120,7 +120,9 @@ export function schedulePageArgs(options: { after?: string; limit?: number } | u
 }
 
 /** Longest rate-limit period: a day. */
-const MAX_PERIOD_MS = 86_400_000;
+export const MAX_PERIOD_MS = 86_400_000;
+/** Largest concurrency or rate limit. */
+export const MAX_LIMIT = 1_000_000;
 
 /** `configureQueue(name, options)`: what to change (`undefined` keeps a setting, `null` clears it). */
 export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueChange {
@@ -138,14 +140,14 @@ export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueC
   }
   if (opts.concurrency !== undefined) {
     change.concurrency =
-      opts.concurrency === null ? null : requireInt(opts.concurrency, 'concurrency', 1, 1_000_000);
+      opts.concurrency === null ? null : requireInt(opts.concurrency, 'concurrency', 1, MAX_LIMIT);
   }
   if (opts.rateLimit !== undefined) change.rateLimit = rateArg(opts.rateLimit, 'rateLimit');
   if (opts.groupConcurrency !== undefined) {
     change.groupConcurrency =
       opts.groupConcurrency === null
         ? null
-        : requireInt(opts.groupConcurrency, 'groupConcurrency', 1, 1_000_000);
+        : requireInt(opts.groupConcurrency, 'groupConcurrency', 1, MAX_LIMIT);
   }
   if (opts.groupRateLimit !== undefined)
     change.groupRateLimit = rateArg(opts.groupRateLimit, 'groupRateLimit');
@@ -158,7 +160,7 @@ function rateArg(value: unknown, field: string): { limit: number; periodMs: numb
   const rate = optionsObject(value as { limit?: unknown; periodMs?: unknown }, field);
   rejectUnknownKeys(rate, ['limit', 'periodMs'], field);
   return {
-    limit: requireInt(rate.limit, `${field}.limit`, 1, 1_000_000),
+    limit: requireInt(rate.limit, `${field}.limit`, 1, MAX_LIMIT),
     periodMs: requireInt(rate.periodMs, `${field}.periodMs`, 1, MAX_PERIOD_MS),
   };
 }

@@ -5,7 +5,7 @@
  * advisory lock, each claim taking a new snapshot after the lock so that it sees every claim
  * before it: its concurrency and rate limit are never exceeded, however many workers race.
  */
-import { inTransaction } from '../db/executor.js';
+import { type Executor, inTransaction } from '../db/executor.js';
 import type { QueueChange, QueueRow } from '../store/queues.js';
 import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
 import { CoalescedHint } from './coalesced-hint.js';
@@ -273,18 +273,22 @@ export async function claimLimited(
 ): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; roomLeft: number }> {
   engine.assertOpen();
   const { store } = engine;
-  if (onlyGroupConcurrency(queue)) {
-    const { jobs, lockBusy } = await store.queues.claimLimited(
-      engine.pool,
+  const claimOn = async (db: Executor, withoutQueueLock: boolean) => {
+    const got = await store.queues.claimLimited(
+      db,
       claim.workerId,
       queue.name,
       limit,
       claim.tasks,
       claim.leaseMs,
       engine.lastGroups.get(queue.name) ?? null,
-      true,
+      withoutQueueLock,
     );
-    engine.served(jobs);
+    engine.served(got.jobs);
+    return got;
+  };
+  if (onlyGroupConcurrency(queue)) {
+    const { jobs, lockBusy } = await claimOn(engine.pool, true);
     // A group skipped because another claimer held its lock may still have room: look again.
     return { jobs, waitMs: lockBusy && jobs.length < limit ? LOCK_BUSY_RETRY_MS : null, roomLeft: 0 };
   }
@@ -292,16 +296,7 @@ export async function claimLimited(
     if (!(await store.queues.tryLock(tx, queue.name))) {
       return { jobs: [], waitMs: LOCK_BUSY_RETRY_MS, roomLeft: 0 };
     }
-    const { jobs, roomLeft, lockBusy } = await store.queues.claimLimited(
-      tx,
-      claim.workerId,
-      queue.name,
-      limit,
-      claim.tasks,
-      claim.leaseMs,
-      engine.lastGroups.get(queue.name) ?? null,
-    );
-    engine.served(jobs);
+    const { jobs, roomLeft, lockBusy } = await claimOn(tx, false);
     if (jobs.length === limit) return { jobs, waitMs: null, roomLeft: roomLeft ?? 0 };
     // A group locked by a claimer without the queue lock (its settings read just before they
     // changed): look again shortly.

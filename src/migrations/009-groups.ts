@@ -11,6 +11,23 @@ import type { Migration } from './migration.js';
  * id) order: the pick walks its distinct (priority, group) pairs with one descent each (a skip
  * scan), starts after the group its claimer served last, and takes one job per group per round.
  */
+/** A paused or limited queue (alias q): the plain claim leaves it to the limited claim. */
+const RESTRICTED = `q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+       OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL`;
+
+/**
+ * The merge of a pick's CTEs `plain` (ungrouped, in claim order) and `grouped` (pick_groups's
+ * rows, its lock marker left out): the k-th plain pick goes with the k-th pick of each group's
+ * round, ties between sources go to the older job.
+ */
+const MERGE = `SELECT x.id FROM (
+    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq, p.run_after FROM plain AS p
+    UNION ALL
+    SELECT g.id, g.priority, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
+  ) AS x
+  ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
+  LIMIT p_limit`;
+
 export const groups: Migration = {
   version: 9,
   name: 'groups',
@@ -228,9 +245,7 @@ AS $fn$
     AND (p_tasks IS NULL OR task = ANY (p_tasks))
     AND (p_queues IS NULL OR queue = ANY (p_queues))
     -- §8 paused and limited queues are not claimed here (read once per call: an init plan)
-    AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q
-                            WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
-                               OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL))
+    AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
   ORDER BY priority, run_after, id
   LIMIT p_limit
   FOR UPDATE SKIP LOCKED
@@ -254,9 +269,7 @@ AS $fn$
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now()
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
       AND (p_queues IS NULL OR j.queue = ANY (p_queues))
-      AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q
-                                WHERE q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
-                                   OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL))
+      AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED
@@ -276,18 +289,9 @@ AS $fn$
     WHERE (p_queues IS NULL OR w.queue = ANY (p_queues))
       AND NOT EXISTS (SELECT 1 FROM ${s}.queues AS q
                       WHERE q.name = w.queue
-                        AND (q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
-                             OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL))
+                        AND (${RESTRICTED}))
   )
-  SELECT x.id FROM (
-    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round;
-    -- ties between sources go to the older job
-    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq, p.run_after FROM plain AS p
-    UNION ALL
-    SELECT g.id, g.priority, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
-  ) AS x
-  ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
-  LIMIT p_limit
+  ${MERGE}
 $fn$;
 
 -- §8 the limited claim's pick for one queue: its ungrouped jobs in claim order and its grouped
@@ -322,15 +326,7 @@ AS $fn$
       AND EXISTS (SELECT 1 FROM ${s}.jobs AS j
                   WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue = p_queue)
   )
-  (SELECT x.id FROM (
-    -- the plain picks in claim order: the k-th goes with the k-th pick of each group's round;
-    -- ties go to the older job
-    SELECT p.id, p.priority, 1 AS rnk, (row_number() OVER ())::int AS seq, p.run_after FROM plain AS p
-    UNION ALL
-    SELECT g.id, g.priority, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
-  ) AS x
-  ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
-  LIMIT p_limit)
+  (${MERGE})
   UNION ALL
   -- pick_groups's marker: a group skipped for its lock (the claim looks again shortly)
   SELECT -1 WHERE EXISTS (SELECT 1 FROM grouped AS g WHERE g.id = -1)
