@@ -28,47 +28,21 @@ const MERGE = `SELECT x.id FROM (
   ORDER BY x.priority, x.rnk, x.seq, x.run_after, x.id
   LIMIT p_limit`;
 
-export const groups: Migration = {
-  version: 9,
-  name: 'groups',
-  sql: (s) => `
--- "C": a group key is an identifier (a tenant id); byte order makes the pick's many key
--- comparisons cheap and its order the same on every server
-ALTER TABLE ${s}.jobs ADD COLUMN group_key text COLLATE "C" CHECK (group_key <> '');
+/** How a pick function is created: anew, or replacing one of the same signature. */
+export type Create = 'CREATE' | 'CREATE OR REPLACE';
+/**
+ * A condition a pick adds to its candidate jobs (alias given), starting with AND — '' for none.
+ * Later migrations recreate the picks with one (migration 10: a key whose holder is running).
+ */
+export type PickFilter = (alias: string) => string;
+const NONE: PickFilter = () => '';
 
-DROP INDEX ${s}.jobs_claim_idx;
-CREATE INDEX jobs_claim_idx ON ${s}.jobs (priority, run_after, id)
-  WHERE status = 'pending' AND group_key IS NULL;
-CREATE INDEX jobs_group_claim_idx ON ${s}.jobs (queue, priority, group_key, run_after, id)
-  WHERE status = 'pending' AND group_key IS NOT NULL;
--- whether any grouped job is due: the claim statement's switch to the merging pick
-CREATE INDEX jobs_group_due_idx ON ${s}.jobs (run_after)
-  WHERE status = 'pending' AND group_key IS NOT NULL;
--- groupConcurrency: a group's running jobs, counted under the queue's claim lock
-CREATE INDEX jobs_group_running_idx ON ${s}.jobs (queue, group_key)
-  WHERE status = 'running' AND group_key IS NOT NULL;
-
-ALTER TABLE ${s}.queues
-  ADD COLUMN group_concurrency    integer CHECK (group_concurrency >= 1),
-  ADD COLUMN group_rate_limit     integer CHECK (group_rate_limit >= 1),
-  ADD COLUMN group_rate_period_ms integer CHECK (group_rate_period_ms >= 1),
-  ADD CHECK ((group_rate_limit IS NULL) = (group_rate_period_ms IS NULL));
-DROP INDEX ${s}.queues_restricted_idx;
-CREATE INDEX queues_restricted_idx ON ${s}.queues (name)
-  WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
-     OR group_concurrency IS NOT NULL OR group_rate_limit IS NOT NULL;
-
--- groupRateLimit: the starts of each group of a group-rate-limited queue within its period
-CREATE TABLE ${s}.group_starts (
-  queue     text        NOT NULL,
-  group_key text        COLLATE "C" NOT NULL,
-  at        timestamptz NOT NULL
-);
-CREATE INDEX group_starts_idx ON ${s}.group_starts (queue, group_key, at);
--- the prune and the wait for a full window read a queue's log by time
-CREATE INDEX group_starts_at_idx ON ${s}.group_starts (queue, at);
-
--- §8 one queue's due grouped jobs, round-robin. Per priority (lowest first): round 1 walks the
+/** The walk of one queue's grouped jobs (see the comment in the SQL). */
+export const pickGroupsSql = (
+  s: string,
+  create: Create,
+  blocked: PickFilter,
+) => `-- §8 one queue's due grouped jobs, round-robin. Per priority (lowest first): round 1 walks the
 -- groups in key order starting after p_after — the group this claimer served last in this
 -- queue, so that claims of one job at a time rotate too — one descent per group, taking one job
 -- from each group with room, and stops as soon as it has p_limit jobs (its cost follows the
@@ -81,7 +55,7 @@ CREATE INDEX group_starts_at_idx ON ${s}.group_starts (queue, at);
 -- elsewhere: skipped — and counted again by a new statement, whose snapshot sees every claim
 -- committed by an earlier holder of that lock. o_rnk is the round, o_seq the order of the
 -- picks: callers merge by (priority, round, seq).
-CREATE FUNCTION ${s}.pick_groups(p_limit integer, p_tasks text[], p_queue text,
+${create} FUNCTION ${s}.pick_groups(p_limit integer, p_tasks text[], p_queue text,
                                  p_gc integer, p_grl integer, p_grp_ms integer, p_at timestamptz,
                                  p_after text, p_lock text)
 RETURNS TABLE (o_id bigint, o_priority integer, o_rnk integer, o_seq integer, o_run_after timestamptz)
@@ -170,7 +144,7 @@ BEGIN
       CONTINUE WHEN room <= 0;
       SELECT j.id, j.run_after INTO pick FROM ${s}.jobs AS j
       WHERE j.status = 'pending' AND j.group_key = nxt AND j.queue = p_queue AND j.priority = prio
-        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
       ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
       LIMIT 1
       FOR UPDATE SKIP LOCKED;
@@ -199,7 +173,7 @@ BEGIN
         FOR pick IN
           SELECT j.id, j.run_after FROM ${s}.jobs AS j
           WHERE j.status = 'pending' AND j.group_key = g_key[k] AND j.queue = p_queue AND j.priority = prio
-            AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+            AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
             AND (j.run_after, j.id) > (g_ra[k], g_id[k])
           ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
           LIMIT CASE WHEN active = 1 THEN least(g_room[k], p_limit - taken) ELSE 1 END
@@ -230,10 +204,15 @@ BEGIN
     RETURN NEXT;
   END IF;
 END
-$fn$;
+$fn$;`;
 
--- §1.1 the plain claim's pick, as before, for ungrouped jobs only (its index holds no others).
-CREATE OR REPLACE FUNCTION ${s}.pick_pending(p_limit integer, p_tasks text[], p_queues text[])
+/** The plain claim's pick for ungrouped jobs. */
+export const pickPendingSql = (
+  s: string,
+  create: Create,
+  blocked: PickFilter,
+) => `-- §1.1 the plain claim's pick, as before, for ungrouped jobs only (its index holds no others).
+${create} FUNCTION ${s}.pick_pending(p_limit integer, p_tasks text[], p_queues text[])
 RETURNS SETOF bigint
 LANGUAGE sql
 VOLATILE
@@ -242,21 +221,26 @@ SET enable_bitmapscan = off
 AS $fn$
   SELECT id FROM ${s}.jobs
   WHERE status = 'pending' AND group_key IS NULL AND run_after <= now()
-    AND (p_tasks IS NULL OR task = ANY (p_tasks))
+    AND (p_tasks IS NULL OR task = ANY (p_tasks))${blocked('jobs')}
     AND (p_queues IS NULL OR queue = ANY (p_queues))
     -- §8 paused and limited queues are not claimed here (read once per call: an init plan)
     AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
   ORDER BY priority, run_after, id
   LIMIT p_limit
   FOR UPDATE SKIP LOCKED
-$fn$;
+$fn$;`;
 
--- §1.1/§8 the plain claim's pick while a grouped job is due (the claim statement chooses):
+/** The plain claim's pick while a grouped job is due. */
+export const pickMixedSql = (
+  s: string,
+  create: Create,
+  blocked: PickFilter,
+) => `-- §1.1/§8 the plain claim's pick while a grouped job is due (the claim statement chooses):
 -- ungrouped jobs in claim order and each unrestricted queue's grouped jobs round-robin, merged
 -- by (priority, round, order of the picks) — the k-th ungrouped job goes with each group's k-th
 -- job. Each source may lock up to p_limit rows, of which the merge keeps p_limit: the rest are
 -- skipped by other claimers until this statement commits. p_after: each queue's cursor.
-CREATE FUNCTION ${s}.pick_mixed(p_limit integer, p_tasks text[], p_queues text[], p_after jsonb)
+${create} FUNCTION ${s}.pick_mixed(p_limit integer, p_tasks text[], p_queues text[], p_after jsonb)
 RETURNS SETOF bigint
 LANGUAGE sql
 VOLATILE
@@ -267,7 +251,7 @@ AS $fn$
   WITH plain AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_after FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now()
-      AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+      AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
       AND (p_queues IS NULL OR j.queue = ANY (p_queues))
       AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
     ORDER BY j.priority, j.run_after, j.id
@@ -292,14 +276,14 @@ AS $fn$
                         AND (${RESTRICTED}))
   )
   ${MERGE}
-$fn$;
+$fn$;`;
 
--- §8 the limited claim's pick for one queue: its ungrouped jobs in claim order and its grouped
--- jobs round-robin within the queue's group limits (rate windows ending at p_at, the claim's
--- instant), merged as pick_mixed merges them. p_lock: the caller holds no queue lock (a queue
--- whose only limit is groupConcurrency): groups are locked one by one (pick_groups).
-DROP FUNCTION ${s}.pick_queue(integer, text[], text);
-CREATE FUNCTION ${s}.pick_queue(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
+/** The limited claim's pick for one queue. */
+export const pickQueueSql = (
+  s: string,
+  create: Create,
+  blocked: PickFilter,
+) => `${create} FUNCTION ${s}.pick_queue(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
                                 p_after text, p_lock text)
 RETURNS SETOF bigint
 LANGUAGE sql
@@ -312,7 +296,7 @@ AS $fn$
   WITH plain AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_after FROM ${s}.jobs AS j
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now() AND j.queue = p_queue
-      AND (p_tasks IS NULL OR j.task = ANY (p_tasks))
+      AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
     FOR UPDATE SKIP LOCKED
@@ -330,6 +314,59 @@ AS $fn$
   UNION ALL
   -- pick_groups's marker: a group skipped for its lock (the claim looks again shortly)
   SELECT -1 WHERE EXISTS (SELECT 1 FROM grouped AS g WHERE g.id = -1)
-$fn$;
+$fn$;`;
+
+export const groups: Migration = {
+  version: 9,
+  name: 'groups',
+  sql: (s) => `
+-- "C": a group key is an identifier (a tenant id); byte order makes the pick's many key
+-- comparisons cheap and its order the same on every server
+ALTER TABLE ${s}.jobs ADD COLUMN group_key text COLLATE "C" CHECK (group_key <> '');
+
+DROP INDEX ${s}.jobs_claim_idx;
+CREATE INDEX jobs_claim_idx ON ${s}.jobs (priority, run_after, id)
+  WHERE status = 'pending' AND group_key IS NULL;
+CREATE INDEX jobs_group_claim_idx ON ${s}.jobs (queue, priority, group_key, run_after, id)
+  WHERE status = 'pending' AND group_key IS NOT NULL;
+-- whether any grouped job is due: the claim statement's switch to the merging pick
+CREATE INDEX jobs_group_due_idx ON ${s}.jobs (run_after)
+  WHERE status = 'pending' AND group_key IS NOT NULL;
+-- groupConcurrency: a group's running jobs, counted under the queue's claim lock
+CREATE INDEX jobs_group_running_idx ON ${s}.jobs (queue, group_key)
+  WHERE status = 'running' AND group_key IS NOT NULL;
+
+ALTER TABLE ${s}.queues
+  ADD COLUMN group_concurrency    integer CHECK (group_concurrency >= 1),
+  ADD COLUMN group_rate_limit     integer CHECK (group_rate_limit >= 1),
+  ADD COLUMN group_rate_period_ms integer CHECK (group_rate_period_ms >= 1),
+  ADD CHECK ((group_rate_limit IS NULL) = (group_rate_period_ms IS NULL));
+DROP INDEX ${s}.queues_restricted_idx;
+CREATE INDEX queues_restricted_idx ON ${s}.queues (name)
+  WHERE paused OR concurrency IS NOT NULL OR rate_limit IS NOT NULL
+     OR group_concurrency IS NOT NULL OR group_rate_limit IS NOT NULL;
+
+-- groupRateLimit: the starts of each group of a group-rate-limited queue within its period
+CREATE TABLE ${s}.group_starts (
+  queue     text        NOT NULL,
+  group_key text        COLLATE "C" NOT NULL,
+  at        timestamptz NOT NULL
+);
+CREATE INDEX group_starts_idx ON ${s}.group_starts (queue, group_key, at);
+-- the prune and the wait for a full window read a queue's log by time
+CREATE INDEX group_starts_at_idx ON ${s}.group_starts (queue, at);
+
+${pickGroupsSql(s, 'CREATE', NONE)}
+
+${pickPendingSql(s, 'CREATE OR REPLACE', NONE)}
+
+${pickMixedSql(s, 'CREATE', NONE)}
+
+-- §8 the limited claim's pick for one queue: its ungrouped jobs in claim order and its grouped
+-- jobs round-robin within the queue's group limits (rate windows ending at p_at, the claim's
+-- instant), merged as pick_mixed merges them. p_lock: the caller holds no queue lock (a queue
+-- whose only limit is groupConcurrency): groups are locked one by one (pick_groups).
+DROP FUNCTION ${s}.pick_queue(integer, text[], text);
+${pickQueueSql(s, 'CREATE', NONE)}
 `,
 };
