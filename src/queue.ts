@@ -149,8 +149,9 @@ export class Queue {
 
   /**
    * Records a failed attempt: back to `pending` after the backoff (or `retryInMs`), or `dead`
-   * when attempts are spent — or `cancelled` when `cancel(id)` was called while it ran. `null`
-   * when the lease no longer owns the job (SPEC §1.3).
+   * when attempts are spent — or `cancelled` when `cancel(id)` was called while it ran, or when
+   * its key (`dedupe: { scope: 'pending' }`) already has a queued job, which then takes the retry
+   * over (superseded). `null` when the lease no longer owns the job (SPEC §1.3).
    */
   async fail(
     lease: Lease,
@@ -170,7 +171,11 @@ export class Queue {
     return engine.store.lease.renewLease(engine.pool, requireLease(lease), ms);
   }
 
-  /** running → pending without spending the attempt (for shutdown). `false` when not the owner. */
+  /**
+   * running → pending without spending the attempt (for shutdown); `cancelled` instead when
+   * cancellation was requested, or when its key (`dedupe: { scope: 'pending' }`) already has a
+   * queued job (superseded). `false` when not the owner.
+   */
   async release(lease: Lease): Promise<boolean> {
     return this.open().completer.release(requireLease(lease));
   }
@@ -190,7 +195,10 @@ export class Queue {
     return reads.getJob(this.open(), requireJobId(id));
   }
 
-  /** The active (pending or running) job holding `dedupeKey`, or `null` (read on the primary). */
+  /**
+   * The active (pending or running) job holding `dedupeKey`, or `null` (read on the primary). A
+   * key of scope 'pending' may have two: the queued one is returned, else the running one.
+   */
   async findActive(dedupeKey: string): Promise<Job | null> {
     return reads.findActive(this.open(), requireName(dedupeKey, 'dedupeKey'));
   }
@@ -230,7 +238,8 @@ export class Queue {
   /**
    * Like {@link Queue.requeue}, but says why nothing happened, from one statement on the primary.
    * @throws {NotFoundError} no job has this id. {ConflictError} it is not dead (`error.status`).
-   *   {DedupeConflictError} another active job holds its dedupe key.
+   *   {DedupeConflictError} another job holds its dedupe key (an active one; for a key of scope
+   *   'pending', a queued one).
    */
   async requeueOrThrow(id: string): Promise<RequeueOutcome> {
     return requeueOrThrow(this.open(), requireJobId(id));

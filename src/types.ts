@@ -86,7 +86,11 @@ export interface EnqueueOptions {
 
 /** Dedupe modes (SPEC §8), each enforced by the database. */
 export interface DedupeOptions {
-  /** 'active' (default): one pending or running job per key. ('pending' is not supported yet.) */
+  /**
+   * 'active' (default): one pending or running job per key. 'pending': one queued and one
+   * running job per key — an enqueue while the key's job runs queues one more, which starts
+   * when the running one has ended. Not with `windowMs` or `replace`.
+   */
   scope?: 'active' | 'pending';
   /**
    * Throttle: the key stays taken this long after its holder was created, finished or not; an

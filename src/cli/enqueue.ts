@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, InvalidArgumentError } from 'commander';
 import type { EnqueueOptions } from '../types.js';
 import { print, withQueue } from './context.js';
 import { duration, integer, json, positiveInt } from './parse.js';
@@ -6,6 +6,7 @@ import { duration, integer, json, positiveInt } from './parse.js';
 interface Flags {
   priority?: number;
   dedupeKey?: string;
+  dedupeScope?: 'active' | 'pending';
   group?: string;
   delay?: number;
   maxAttempts?: number;
@@ -22,6 +23,11 @@ export function registerEnqueue(program: Command): void {
     .argument('[payload]', 'JSON payload (default: null)', json)
     .option('--priority <n>', 'lower runs first (default 100)', integer)
     .option('--dedupe-key <key>', 'at most one active job per key; a hit prints the holder')
+    .option(
+      '--dedupe-scope <scope>',
+      "'pending': one queued and one running job per key (default 'active': one of either)",
+      dedupeScope,
+    )
     .option('--group <key>', 'group key (a tenant): round-robin between groups, per-group limits')
     .option('--delay <duration>', 'run after this delay, e.g. 30s, 5m', duration)
     .option('--max-attempts <n>', 'attempts before the job goes dead (default 3)', positiveInt)
@@ -33,14 +39,19 @@ export function registerEnqueue(program: Command): void {
 Examples:
   $ skiplock enqueue email.send '{"to":"ada@example.com"}'
   $ skiplock enqueue report.build '{"month":"2026-11"}' --priority 10 --delay 5m --dedupe-key report:2026-11
+  $ skiplock enqueue search.reindex '{"id":7}' --dedupe-key reindex:7 --dedupe-scope pending
   $ skiplock enqueue invoice.render '{"id":7}' --queue invoices --group tenant-42
   $ skiplock enqueue cleanup --queue maintenance --json`,
     )
     .action(async (task: string, payload: unknown, flags: Flags, command: Command) => {
+      if (flags.dedupeScope !== undefined && flags.dedupeKey === undefined) {
+        command.error("error: option '--dedupe-scope <scope>' needs --dedupe-key", { exitCode: 2 });
+      }
       await withQueue(command, async (queue, options) => {
         const jobOptions: EnqueueOptions = {
           ...(flags.priority === undefined ? {} : { priority: flags.priority }),
           ...(flags.dedupeKey === undefined ? {} : { dedupeKey: flags.dedupeKey }),
+          ...(flags.dedupeScope === undefined ? {} : { dedupe: { scope: flags.dedupeScope } }),
           ...(flags.group === undefined ? {} : { group: flags.group }),
           ...(flags.delay === undefined ? {} : { delayMs: flags.delay }),
           ...(flags.maxAttempts === undefined ? {} : { maxAttempts: flags.maxAttempts }),
@@ -50,8 +61,17 @@ Examples:
         const result = await queue.enqueue(task, payload ?? null, jobOptions);
         const text = result.created
           ? `Enqueued job ${result.id} (${task}).`
-          : `Not enqueued: job ${result.id} is active with dedupe key ${JSON.stringify(flags.dedupeKey)}.`;
+          : flags.dedupeScope === 'pending'
+            ? `Not enqueued: job ${result.id} is queued with dedupe key ${JSON.stringify(flags.dedupeKey)} (scope pending).`
+            : `Not enqueued: job ${result.id} is active with dedupe key ${JSON.stringify(flags.dedupeKey)}.`;
         print(options, result, text);
       });
     });
+}
+
+/** `--dedupe-scope`: 'active' or 'pending'. */
+function dedupeScope(value: string): 'active' | 'pending' {
+  if (value !== 'active' && value !== 'pending')
+    throw new InvalidArgumentError("must be 'active' or 'pending'");
+  return value;
 }

@@ -33,7 +33,13 @@ export interface NewJob {
   /** The group key (§8), or null. */
   group: string | null;
   /** A dedupe mode beyond "one active job per key" (§8), or null. */
-  dedupe: { windowMs: number | null; replace: boolean; maxWaitMs: number | null } | null;
+  dedupe: {
+    /** 'pending': one queued and one running job per key (its own column and locks). */
+    scope: 'active' | 'pending';
+    windowMs: number | null;
+    replace: boolean;
+    maxWaitMs: number | null;
+  } | null;
 }
 
 const OPTION_KEYS = [
@@ -125,15 +131,13 @@ function dedupeMode(options: EnqueueOptions, at: (field: string) => string): New
   if (options.dedupeKey === undefined || options.dedupeKey === null) {
     throw new ValidationError(at('dedupe'), 'needs a dedupeKey: it says how that key dedupes');
   }
-  if (mode.scope !== undefined && mode.scope !== 'active') {
-    if (mode.scope === 'pending') {
-      throw new ValidationError(
-        at('dedupe.scope'),
-        "'pending' is not supported yet; leave scope out ('active')",
-      );
-    }
-    throw new ValidationError(at('dedupe.scope'), `must be 'active', got ${JSON.stringify(mode.scope)}`);
+  if (mode.scope !== undefined && mode.scope !== 'active' && mode.scope !== 'pending') {
+    throw new ValidationError(
+      at('dedupe.scope'),
+      `must be 'active' or 'pending', got ${JSON.stringify(mode.scope)}`,
+    );
   }
+  const scope = mode.scope ?? 'active';
   if (mode.replace !== undefined && typeof mode.replace !== 'boolean') {
     throw new ValidationError(
       at('dedupe.replace'),
@@ -152,8 +156,14 @@ function dedupeMode(options: EnqueueOptions, at: (field: string) => string): New
   if (maxWaitMs !== null && !replace) {
     throw new ValidationError(at('dedupe.maxWaitMs'), 'only applies with replace: true (debounce)');
   }
-  if (windowMs === null && !replace) return null; // scope 'active' alone: the plain mode
-  return { windowMs, replace, maxWaitMs };
+  if (scope === 'pending' && (windowMs !== null || replace)) {
+    throw new ValidationError(
+      at('dedupe.scope'),
+      `'pending' cannot be combined with ${windowMs !== null ? 'windowMs' : 'replace'}: leave scope out ('active') to throttle or debounce`,
+    );
+  }
+  if (scope === 'active' && windowMs === null && !replace) return null; // the plain mode
+  return { scope, windowMs, replace, maxWaitMs };
 }
 
 /** Validates `enqueue(task, payload, options)`'s options object. */

@@ -54,7 +54,9 @@ export async function requeueDead(
   for (;;) {
     let batch: { requeued: number; lastId: string | null };
     try {
-      batch = await store.admin.requeueDeadBatch(pool, task, after, REQUEUE_BATCH);
+      const tried = await store.admin.requeueDeadBatch(pool, task, after, REQUEUE_BATCH);
+      // §8 a key of scope 'pending' whose lock was taken: this batch one job at a time
+      batch = tried.busy ? await requeueOneByOne(engine, task, after, totals) : tried;
     } catch (error) {
       if (!(error instanceof DatabaseError && error.sqlState === '23505')) throw error;
       batch = await requeueOneByOne(engine, task, after, totals);
@@ -66,7 +68,10 @@ export async function requeueDead(
   }
 }
 
-/** Fallback of requeueDead for a batch holding a taken dedupe key: one job at a time. */
+/**
+ * Fallback of requeueDead for a batch holding a taken dedupe key (or a key of scope 'pending'
+ * whose lock was taken): one job at a time.
+ */
 async function requeueOneByOne(
   engine: Engine,
   task: string | null,

@@ -51,7 +51,11 @@ export class Enqueuer {
       // with the results in input order.
       const order = jobs.map((job, index) => ({ job, index }));
       order.sort((a, b) => compareKeys(a.job.dedupeKey, b.job.dedupeKey) || a.index - b.index);
+      const pendingKeys = jobs.filter((job) => job.dedupe?.scope === 'pending').map((job) => job.dedupeKey);
       return this.atomically(db, async (tx) => {
+        // scope 'pending': every key's lock first, in the one lock order (SQL's)
+        if (pendingKeys.length > 0)
+          await this.engine.store.enqueue.lockPendingKeys(tx, pendingKeys as string[]);
         const results: EnqueueResult[] = new Array(jobs.length);
         for (const { job, index } of order) results[index] = await this.insertWithMode(tx, job);
         return results;
@@ -87,10 +91,12 @@ export class Enqueuer {
 
   /**
    * A job with a dedupe mode (§8), on `db` (the caller's transaction) or in a transaction of
-   * its own: throttle (`windowMs`) or debounce (`replace`, `maxWaitMs`); else the plain insert.
+   * its own: scope 'pending', throttle (`windowMs`) or debounce (`replace`, `maxWaitMs`); else
+   * the plain insert.
    */
   private async insertWithMode(db: Executor | undefined, job: NewJob): Promise<EnqueueResult> {
     const mode = job.dedupe;
+    if (mode?.scope === 'pending') return this.insertPending(db ?? this.engine.pool, job);
     if (mode?.replace) return this.insertDebounced(db ?? this.engine.pool, job);
     if (mode?.windowMs != null) {
       const windowMs = mode.windowMs;
@@ -139,6 +145,23 @@ export class Enqueuer {
         return row.created ? { id: row.id, created: true } : { id: row.id, created: false, replaced: true };
       const holder = (await store.enqueue.activeIdsByKey(db, [key])).get(key);
       if (holder !== undefined) return { id: holder, created: false, replaced: false };
+    }
+    throw dedupeRace(key);
+  }
+
+  /**
+   * Scope 'pending' (§8): one statement inserts the job under its key's lock unless the key has a
+   * queued job, which is then the answer; one that started or ended before the lookup means
+   * trying again.
+   */
+  private async insertPending(db: Executor, job: NewJob): Promise<EnqueueResult> {
+    const { store } = this.engine;
+    const key = job.dedupeKey as string;
+    for (let round = 0; round < MAX_DEDUPE_ROUNDS; round++) {
+      const id = await store.enqueue.insertPending(db, job);
+      if (id !== null) return { id, created: true };
+      const holder = (await store.enqueue.pendingIdsByKey(db, [key])).get(key);
+      if (holder !== undefined) return { id: holder, created: false };
     }
     throw dedupeRace(key);
   }

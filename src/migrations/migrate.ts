@@ -10,6 +10,7 @@ import { schedules } from './006-schedules.js';
 import { queues } from './007-queues.js';
 import { dedupeWindows } from './008-dedupe-windows.js';
 import { groups } from './009-groups.js';
+import { pendingScope } from './010-pending-scope.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -23,6 +24,7 @@ export const MIGRATIONS: readonly Migration[] = [
   queues,
   dedupeWindows,
   groups,
+  pendingScope,
 ];
 
 /** The schema version this package needs. */

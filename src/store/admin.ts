@@ -23,17 +23,23 @@ export function adminSql(s: string) {
      * locks the row first and decides on the locked (latest committed) status, so "unknown",
      * "not dead: it is <status>" and "requeued" are one answer from the primary, never a read
      * followed by a write. No row: unknown id; `after` null: the transition did not apply.
+     * §8 a dead job of a key of scope 'pending' goes back under the key's lock (taken after the
+     * row's, and only for a dead job), so a job of the key that a worker puts back meanwhile sees
+     * it; a key already queued is a unique violation (DedupeConflictError), as for §1.7.
      * $1 id, $2 channel.
      */
     requeue: `
       WITH target AS MATERIALIZED (
-        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+        SELECT id, status, pending_key FROM ${jobs} WHERE id = $1 FOR UPDATE
+      ), key_locks AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(${s}.pending_lock_id(t.pending_key)) FROM target AS t
+        WHERE t.status = 'dead' AND t.pending_key IS NOT NULL
       ), requeued AS (
         UPDATE ${jobs} AS j SET
           status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
         FROM target AS t
-        WHERE j.id = t.id AND t.status = 'dead'
+        WHERE j.id = t.id AND t.status = 'dead' AND (SELECT count(*) FROM key_locks) >= 0
         RETURNING j.id, j.status
       )
       SELECT t.status AS before, r.status AS after,
@@ -42,20 +48,28 @@ export function adminSql(s: string) {
 
     /**
      * §1.2 one keyset batch of dead → pending (attempts reset, §1.8), optionally of one task;
-     * SKIP LOCKED so it never waits on a row another transition holds; §1.9 one NOTIFY.
+     * SKIP LOCKED so it never waits on a row another transition holds; §8 the locks of its keys
+     * of scope 'pending' only tried (one of your transactions holding a key it enqueued and
+     * waiting for another would otherwise deadlock with this one): when one is taken, nothing is
+     * requeued and `busy` says so (the caller goes one job at a time); §1.9 one NOTIFY.
      * $1 task (or null), $2 after id, $3 batch size, $4 channel.
      */
     requeueDeadBatch: `
       WITH picked AS MATERIALIZED (
-        SELECT id FROM ${jobs}
+        SELECT id, pending_key FROM ${jobs}
         WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
         ORDER BY id LIMIT $3
         FOR UPDATE SKIP LOCKED
+      ), key_locks AS MATERIALIZED (
+        SELECT pg_try_advisory_xact_lock(k.lock_id) AS taken FROM (
+          SELECT DISTINCT ${s}.pending_lock_id(p.pending_key) AS lock_id FROM picked AS p
+          WHERE p.pending_key IS NOT NULL ORDER BY 1 OFFSET 0) AS k
       ), requeued AS (
         UPDATE ${jobs} SET
           status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
         WHERE id IN (SELECT id FROM picked) AND status = 'dead'
+          AND NOT EXISTS (SELECT 1 FROM key_locks WHERE NOT taken)
         RETURNING id
       ), notified AS (
         SELECT pg_notify($4, 'jobs') FROM (SELECT 1 FROM requeued LIMIT 1) AS any_requeued
@@ -63,6 +77,7 @@ export function adminSql(s: string) {
       SELECT (SELECT count(*) FROM requeued)::int AS requeued,
              (SELECT max(id) FROM picked)::text AS last_id,
              (SELECT array_agg(id::text) FROM picked) AS ids,
+             (SELECT count(*) FROM key_locks WHERE NOT taken)::int AS busy,
              (SELECT count(*) FROM notified) AS notified`,
 
     /** The ids of one keyset batch of dead jobs (the one-by-one fallback of requeueDeadBatch). */
@@ -150,7 +165,7 @@ export class AdminStatements extends StatementFamily<ReturnType<typeof adminSql>
     } catch (error) {
       if (error instanceof DatabaseError && error.sqlState === '23505') {
         throw new DedupeConflictError(
-          `Job ${id} cannot be requeued: another active job holds its dedupe key. Cancel or finish that job first`,
+          `Job ${id} cannot be requeued: another job holds its dedupe key (an active one, or a queued one for a key of scope 'pending'). Cancel or finish that job first`,
           null,
           { cause: error },
         );
@@ -165,14 +180,17 @@ export class AdminStatements extends StatementFamily<ReturnType<typeof adminSql>
     task: string | null,
     afterId: string,
     batchSize: number,
-  ): Promise<{ requeued: number; lastId: string | null }> {
-    const rows = await this.run<{ requeued: number; last_id: string | null }>(db, this.sql.requeueDeadBatch, [
-      task,
-      afterId,
-      batchSize,
-      this.channel,
-    ]);
-    return { requeued: Number(rows[0]?.requeued ?? 0), lastId: rows[0]?.last_id ?? null };
+  ): Promise<{ requeued: number; lastId: string | null; busy: boolean }> {
+    const rows = await this.run<{ requeued: number; last_id: string | null; busy: number }>(
+      db,
+      this.sql.requeueDeadBatch,
+      [task, afterId, batchSize, this.channel],
+    );
+    return {
+      requeued: Number(rows[0]?.requeued ?? 0),
+      lastId: rows[0]?.last_id ?? null,
+      busy: Number(rows[0]?.busy ?? 0) > 0,
+    };
   }
 
   async deadIds(db: Executor, task: string | null, afterId: string, batchSize: number): Promise<string[]> {

@@ -104,6 +104,39 @@ export function enqueueSql(s: string) {
       SET until = clock_timestamp() + $2::float8 * interval '1 millisecond', job_id = $3::bigint
       WHERE key = $1`,
 
+    /**
+     * §8 scope 'pending' (one queued and one running job per key): under the key's lock (which
+     * every job of the key going back to pending takes, migration 10), an insert whose conflict
+     * with the key's queued job is a hit — a running job of the key is no conflict: this one
+     * waits for it (the picks skip it meanwhile). §1.9 NOTIFY when inserted.
+     * $1–$9 as insertOne ($5 the key), $10 channel, $11 group_key.
+     */
+    insertPending: `
+      WITH locked AS MATERIALIZED (
+        SELECT pg_advisory_xact_lock(${s}.pending_lock_id($5::text))
+      ), ins AS (
+        INSERT INTO ${jobs} (queue, task, payload, priority, pending_key, max_attempts, run_after, timeout_ms,
+                             group_key)
+        SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::int, ${RUN_AFTER('$7', '$8')}, $9::int, $11::text
+        FROM locked
+        ON CONFLICT (pending_key) WHERE status = 'pending' AND pending_key IS NOT NULL DO NOTHING
+        RETURNING id
+      )
+      SELECT id::text AS id, pg_notify($10, 'jobs') FROM ins`,
+
+    /**
+     * §8 the locks of keys of scope 'pending', all in one statement and in the one lock order
+     * (two batches that share keys never deadlock), held until the transaction ends.
+     */
+    lockPendingKeys: `
+      SELECT count(pg_advisory_xact_lock(k.lock_id))::int AS locked FROM (
+        SELECT DISTINCT ${s}.pending_lock_id(key) AS lock_id FROM unnest($1::text[]) AS key ORDER BY 1 OFFSET 0) AS k`,
+
+    /** §8 the queued holders of keys of scope 'pending' (after an insert met a conflict). */
+    pendingIdsByKey: `
+      SELECT id::text AS id, pending_key AS dedupe_key FROM ${jobs}
+      WHERE pending_key = ANY($1::text[]) AND status = 'pending'`,
+
     /** §1.7 the active holders of some dedupe keys (after an insert met a conflict). */
     activeIdsByKey: `
       SELECT id::text AS id, dedupe_key FROM ${jobs}
@@ -186,6 +219,27 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
 
   async windowTake(tx: Executor, key: string, windowMs: number, jobId: string): Promise<void> {
     await this.run(tx, this.sql.windowTake, [key, windowMs, jobId]);
+  }
+
+  /** Scope 'pending': inserts the job unless its key has a queued job; `null` on such a hit. */
+  async insertPending(db: Executor, job: NewJob): Promise<string | null> {
+    const rows = await this.run<{ id: string }>(db, this.sql.insertPending, [
+      ...jobValues(job),
+      this.channel,
+      job.group,
+    ]);
+    return rows[0]?.id ?? null;
+  }
+
+  /** Scope 'pending': takes these keys' locks until the transaction ends. */
+  async lockPendingKeys(tx: Executor, keys: readonly string[]): Promise<void> {
+    await this.run(tx, this.sql.lockPendingKeys, [keys]);
+  }
+
+  /** The ids of the queued jobs holding these keys of scope 'pending', by key. */
+  async pendingIdsByKey(db: Executor, keys: readonly string[]): Promise<Map<string, string>> {
+    const rows = await this.run<{ id: string; dedupe_key: string }>(db, this.sql.pendingIdsByKey, [keys]);
+    return new Map(rows.map((row) => [row.dedupe_key, String(row.id)]));
   }
 
   /** The ids of the active jobs holding these dedupe keys, by key. */

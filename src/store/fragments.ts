@@ -12,7 +12,8 @@ export const MS = (column: string) => `floor(extract(epoch FROM ${column}) * 100
  * a worker's CPU while draining a backlog).
  */
 export const JOB_COLUMNS =
-  'id::text AS id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, ' +
+  'id::text AS id, queue, task, status, priority, payload, result, coalesce(dedupe_key, pending_key) AS dedupe_key, ' +
+  'attempts, max_attempts, ' +
   `${MS('run_after')}, ${MS('lease_until')}, worker_id, ${MS('run_started_at')}, timeout_ms, last_error, ` +
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
   'claims::text AS claims, group_key';
@@ -22,6 +23,34 @@ export const JOB_COLUMN_NAMES =
   'id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after, ' +
   'lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, created_at, ' +
   'updated_at, attempted_by, claims, group_key';
+
+/**
+ * §8 scope 'pending': the key's queued job, found under the key's lock (`pending_holder`,
+ * migration 10) for a job that may go back to pending — as CTE `holder` (job_id, id) over the
+ * rows of `source` (id, pending_key, and what `takeOver` reads, as `k`), taken in the lock order,
+ * before the UPDATE locks a job's row. `wait` false: the lock is only tried, and id 0 says it was
+ * taken. `takeOver`: what the queued job takes over from a superseded one (run no earlier than,
+ * attempts at least, note), in SQL over `k`.
+ */
+export const HOLDER = (
+  s: string,
+  source: string,
+  wait: boolean,
+  takeOver = 'NULL::timestamptz, NULL::int, NULL::text',
+) => `holder AS MATERIALIZED (
+        SELECT k.id AS job_id, ${s}.pending_holder(k.pending_key, k.id, ${wait}, ${takeOver}) AS id
+        FROM (SELECT src.* FROM ${source} AS src WHERE src.pending_key IS NOT NULL
+              ORDER BY ${s}.pending_lock_id(src.pending_key) OFFSET 0) AS k
+      )`;
+/**
+ * §8 what the queued job notes when it takes over from job `from` (ids and counts as SQL), whose
+ * attempt `attempt` ended with `error`.
+ */
+export const TOOK_OVER = (from: string, attempt: string, error: string) =>
+  `format('Took over from job %s (superseded after attempt %s): %s', ${from}, ${attempt}, ${error})`;
+/** §8 what a job superseded by `holder` (an id) notes in last_error; `key` its pending_key. */
+export const SUPERSEDED = (holder: string, key: string) =>
+  `format('Superseded: job %s was already queued for dedupe key %s (scope ''pending''), so this job was cancelled instead of going back to the queue', ${holder}, ${key})`;
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 export const ACTIVE = `status IN ('pending', 'running')`;

@@ -5,7 +5,7 @@
  */
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
-import { LEASE_GUARD, OPAQUE_RUNNING } from './fragments.js';
+import { HOLDER, LEASE_GUARD, OPAQUE_RUNNING, SUPERSEDED, TOOK_OVER } from './fragments.js';
 import { leaseKey, leaseValues, StatementFamily } from './runner.js';
 
 /** What a heartbeat learned about one lease. */
@@ -69,26 +69,42 @@ export function leaseSql(s: string) {
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
      * reclaimed; SKIP LOCKED so concurrent reapers never block each other or an owner that is
      * finishing; the outer WHERE re-checks (§1.2). A crash spends the attempt (poison jobs die).
+     * §8 a job of a key of scope 'pending' whose next job is already queued is cancelled as
+     * superseded, and the queued job continues its attempt count (as in fail); the key's lock is
+     * only tried (its owner may hold it, finishing the job, and wait for this row): a job whose
+     * key is busy is left for the next pass.
      * $1 channel.
      */
     reap: `
       WITH expired AS MATERIALIZED (
-        SELECT id FROM ${jobs}
+        SELECT id, pending_key, attempts, max_attempts, cancel_requested_at FROM ${jobs}
         WHERE status = 'running' AND lease_until < now()
         FOR UPDATE SKIP LOCKED
-      ), reaped AS (
-        UPDATE ${jobs} SET
-          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                        WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+      ), ${HOLDER(
+        s,
+        '(SELECT * FROM expired WHERE attempts < max_attempts AND cancel_requested_at IS NULL)',
+        false,
+        `NULL::timestamptz, k.attempts, ${TOOK_OVER('k.id', 'k.attempts', "'LeaseExpired'::text")}`,
+      )}, reaped AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                        WHEN j.attempts >= j.max_attempts THEN 'dead'
+                        WHEN h.id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
           run_after = now(),
           last_error = format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
-                              worker_id, attempts, max_attempts, lease_until),
+                              j.worker_id, j.attempts, j.max_attempts, j.lease_until)
+                       || CASE WHEN h.id IS NOT NULL AND j.cancel_requested_at IS NULL AND j.attempts < j.max_attempts
+                               THEN E'\n' || ${SUPERSEDED('h.id', 'j.pending_key')} ELSE '' END,
           lease_until = NULL, worker_id = NULL, updated_at = now()
-        WHERE id IN (SELECT id FROM expired) AND status = 'running' AND lease_until < now()
-        RETURNING id, status
+        FROM expired AS e LEFT JOIN holder AS h ON h.job_id = e.id
+        WHERE j.id = e.id AND j.status = 'running' AND j.lease_until < now()
+          AND h.id IS DISTINCT FROM 0   -- the key's lock was taken: the next pass
+        RETURNING j.id, j.status, j.pending_key
       ), notified AS (
-        -- §1.9 jobs back to pending wake idle workers (not only the reaping one)
-        SELECT pg_notify($1, 'jobs') FROM (SELECT 1 FROM reaped WHERE status = 'pending' LIMIT 1) AS any_pending
+        -- §1.9 jobs back to pending wake idle workers (not only the reaping one); §8 so does a
+        -- job of a key of scope 'pending' that ended (the key's queued job may start)
+        SELECT pg_notify($1, 'jobs')
+        FROM (SELECT 1 FROM reaped WHERE status = 'pending' OR pending_key IS NOT NULL LIMIT 1) AS any_pending
       )
       SELECT id::text AS id, (SELECT count(*) FROM notified) AS notified FROM reaped`,
   };

@@ -40,8 +40,18 @@ export function observeSql(s: string) {
     /** One job by id. */
     get: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`,
 
-    /** §1.7 the active job holding a dedupe key (through the unique partial index). */
-    findActive: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE dedupe_key = $1 AND ${ACTIVE}`,
+    /**
+     * §1.7 the active job holding a dedupe key (through the unique partial index); §8 else, for a
+     * key of scope 'pending', its queued job (the one an enqueue would return), else its running
+     * one — each through its own unique index, in that order.
+     */
+    findActive: `
+      (SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE dedupe_key = $1 AND ${ACTIVE})
+      UNION ALL
+      (SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE pending_key = $1 AND status = 'pending' AND pending_key IS NOT NULL)
+      UNION ALL
+      (SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE pending_key = $1 AND status = 'running' AND pending_key IS NOT NULL)
+      LIMIT 1`,
 
     /** Newest first, keyset-paged on id; every filter optional. */
     list: `

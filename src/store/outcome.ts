@@ -6,35 +6,42 @@
  */
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
-import { countDeleted, LEASE_GUARD, OPAQUE_RUNNING } from './fragments.js';
+import { countDeleted, HOLDER, LEASE_GUARD, OPAQUE_RUNNING, SUPERSEDED, TOOK_OVER } from './fragments.js';
 import { byId, leaseKey, leaseValues, type Runner, StatementFamily } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function outcomeSql(s: string) {
   const jobs = `${s}.jobs`;
   return {
-    /** §1.2/§1.3 running → done, only under the lease (all four fields). $5 result. */
+    /**
+     * §1.2/§1.3 running → done, only under the lease (all four fields). §1.9/§8 a job of a key of
+     * scope 'pending' wakes workers: the key's queued job may start now. $5 result, $6 channel.
+     */
     complete: `
       UPDATE ${jobs} SET status = 'done', result = $5::jsonb, lease_until = NULL, worker_id = NULL,
                          updated_at = now()
       WHERE ${LEASE_GUARD}
-      RETURNING id`,
+      RETURNING id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
 
     /**
      * §1.2/§1.3 running → deleted (`retention: { completed: 'delete' }`), only under the lease;
-     * §7 counted in the same transaction. A deleted job keeps no result.
+     * §7 counted in the same transaction. A deleted job keeps no result. §8 wakes workers as
+     * complete does. $5 channel.
      */
     completeDelete: `
       WITH done AS (
         DELETE FROM ${jobs} WHERE ${LEASE_GUARD}
-        RETURNING id
+        RETURNING id, pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
-      SELECT id::text AS id, (SELECT count(*) FROM counted) AS counted FROM done`,
+      SELECT id::text AS id, (SELECT count(*) FROM counted) AS counted,
+             CASE WHEN pending_key IS NOT NULL THEN pg_notify($5, 'jobs') END AS notified
+      FROM done`,
 
     /**
      * §1.2/§1.3 as completeMany, deleting instead of keeping a done row; §7 counted in the same
-     * statement. $1 ids, $2 worker ids, $3 attempts, $4 tokens.
+     * statement; §8 wakes workers as complete does.
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel.
      */
     completeManyDelete: `
       WITH done AS (
@@ -42,17 +49,20 @@ export function outcomeSql(s: string) {
         USING unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS c(id, worker_id, attempt, token)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
           AND j.claims = c.token
-        RETURNING j.id, c.token
+        RETURNING j.id, c.token, j.pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
-      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM counted) AS counted FROM done`,
+      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM counted) AS counted,
+             CASE WHEN pending_key IS NOT NULL THEN pg_notify($5, 'jobs') END AS notified
+      FROM done`,
 
     /**
      * §1.2/§1.3 many completions in one statement, each row guarded by its own lease: a lease
      * that no longer owns its job completes nothing. Returns the (id, token) of each lease that
      * completed, so a stale and a live lease of one job get their own answers. Rows are found by
-     * primary key (see OPAQUE_RUNNING).
-     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text).
+     * primary key (see OPAQUE_RUNNING). §8 wakes workers as complete does (one NOTIFY per
+     * transaction: PostgreSQL folds repeats).
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text), $6 channel.
      */
     completeMany: `
       UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
@@ -61,71 +71,120 @@ export function outcomeSql(s: string) {
            AS c(id, worker_id, attempt, token, result)
       WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
         AND j.claims = c.token
-      RETURNING j.id::text AS id, c.token::text AS token`,
+      RETURNING j.id::text AS id, c.token::text AS token,
+                CASE WHEN j.pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are
      * spent (§1.8, keeping last_error); cancelled instead when cancellation was requested
      * meanwhile, so a failing handler cannot make a cancelled job run again. §2 worker_id only
-     * while running. $5 error text, $6 retry delay ms.
+     * while running. §8 a retry of a key of scope 'pending' whose next job is already queued is
+     * cancelled as superseded (one queued per key), decided under the key's lock, and the queued
+     * job takes the retry over: it waits at least the backoff (a runaway's too) and continues the
+     * attempt count, so a key whose work keeps failing still backs off and goes dead. A job of
+     * such a key that ends wakes workers for the queued one.
+     * $5 error text, $6 retry delay ms, $7 channel.
      */
     fail: `
+      WITH ${HOLDER(
+        s,
+        `(SELECT id, pending_key, attempts FROM ${jobs}
+          WHERE ${LEASE_GUARD} AND cancel_requested_at IS NULL AND attempts < max_attempts)`,
+        true,
+        `now() + $6::float8 * interval '1 millisecond', k.attempts, ${TOOK_OVER('k.id', 'k.attempts', '$5::text')}`,
+      )}
       UPDATE ${jobs} SET
         status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                      WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+                      WHEN attempts >= max_attempts THEN 'dead'
+                      WHEN EXISTS (SELECT 1 FROM holder WHERE holder.id IS NOT NULL) THEN 'cancelled'
+                      ELSE 'pending' END,
         run_after = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN run_after
                          ELSE now() + $6::float8 * interval '1 millisecond' END,
-        last_error = $5, lease_until = NULL, worker_id = NULL, updated_at = now()
+        last_error = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN $5
+                          ELSE $5 || coalesce((SELECT E'\n' || ${SUPERSEDED('holder.id', 'pending_key')}
+                                               FROM holder WHERE holder.id IS NOT NULL), '') END,
+        lease_until = NULL, worker_id = NULL, updated_at = now()
       WHERE ${LEASE_GUARD}
-      RETURNING status`,
+      RETURNING status,
+                CASE WHEN pending_key IS NOT NULL AND status <> 'pending' THEN pg_notify($7, 'jobs') END AS notified`,
 
     /**
      * §1.2/§1.3 running → cancelled for the owner of a job whose cancellation was requested,
-     * once its handler has been aborted. $5 note stored as last_error.
+     * once its handler has been aborted. §8 wakes workers as complete does.
+     * $5 note stored as last_error, $6 channel.
      */
     cancelRunning: `
       UPDATE ${jobs} SET status = 'cancelled', lease_until = NULL, worker_id = NULL, last_error = $5,
                          updated_at = now()
       WHERE ${LEASE_GUARD} AND cancel_requested_at IS NOT NULL
-      RETURNING id`,
+      RETURNING id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
 
     /**
      * §1.3 running → pending without spending the attempt (shutdown); the claim token is not
      * given back, so this lease stays dead forever. A job whose cancellation was requested ends
-     * cancelled instead of running again. $5 channel.
+     * cancelled instead of running again; §8 so does one of a key of scope 'pending' whose next
+     * job is already queued (superseded, as in fail, with nothing to take over: the attempt was
+     * given back). $5 channel.
      */
     release: `
-      WITH released AS (
+      WITH ${HOLDER(s, `(SELECT id, pending_key FROM ${jobs} WHERE ${LEASE_GUARD} AND cancel_requested_at IS NULL)`, true)},
+      released AS (
         UPDATE ${jobs} SET
-          status = CASE WHEN cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+          status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
+                        WHEN EXISTS (SELECT 1 FROM holder WHERE holder.id IS NOT NULL) THEN 'cancelled'
+                        ELSE 'pending' END,
+          last_error = CASE WHEN cancel_requested_at IS NOT NULL THEN last_error
+                            ELSE coalesce((SELECT ${SUPERSEDED('holder.id', 'pending_key')}
+                                           FROM holder WHERE holder.id IS NOT NULL), last_error) END,
           attempts = attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
           updated_at = now()
         WHERE ${LEASE_GUARD}
-        RETURNING id, status
+        RETURNING id, status, pending_key
       )
-      -- §1.9 a job put back wakes an idle worker (a rolling deploy hands work over at once)
-      SELECT id, CASE WHEN status = 'pending' THEN pg_notify($5, 'jobs') END AS notified FROM released`,
+      -- §1.9 a job put back wakes an idle worker (a rolling deploy hands work over at once); §8 so
+      -- does one of a key of scope 'pending' that ends (the key's queued job may start)
+      SELECT id, CASE WHEN status = 'pending' OR pending_key IS NOT NULL THEN pg_notify($5, 'jobs') END AS notified
+      FROM released`,
 
     /**
      * §1.3 release for many leases in one statement (a stopping worker's held jobs): each row
-     * guarded by its own lease, rows found by primary key (see OPAQUE_RUNNING); §1.9 one NOTIFY
-     * when any job went back to pending. Returns the (id, token) of each lease released.
+     * guarded by its own lease, rows found by primary key (see OPAQUE_RUNNING); §8 superseded
+     * as in release. The keys' locks are only tried: one of your transactions holding a key it
+     * enqueued and waiting for another would otherwise deadlock with this one; a lease whose key
+     * is busy is returned as `busy`, unreleased (the caller releases it alone, which waits for
+     * one lock only). §1.9 one NOTIFY when any job went back to pending or was of a key of scope
+     * 'pending'. Returns the (id, token) of each lease released, and the busy ones.
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel.
      */
     releaseMany: `
-      WITH released AS (
+      WITH leases AS MATERIALIZED (
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS r(id, worker_id, attempt, token)
+      ), ${HOLDER(
+        s,
+        `(SELECT j.id, j.pending_key FROM ${jobs} AS j JOIN leases AS r ON j.id = r.id
+           WHERE ${OPAQUE_RUNNING} AND j.worker_id = r.worker_id AND j.attempts = r.attempt AND j.claims = r.token
+             AND j.cancel_requested_at IS NULL)`,
+        false,
+      )}, released AS (
         UPDATE ${jobs} AS j SET
-          status = CASE WHEN j.cancel_requested_at IS NULL THEN 'pending' ELSE 'cancelled' END,
+          status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                        WHEN h.id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
+          last_error = CASE WHEN j.cancel_requested_at IS NULL AND h.id IS NOT NULL
+                            THEN ${SUPERSEDED('h.id', 'j.pending_key')} ELSE j.last_error END,
           attempts = j.attempts - 1, lease_until = NULL, worker_id = NULL, run_started_at = NULL,
           updated_at = now()
-        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS r(id, worker_id, attempt, token)
+        FROM leases AS r LEFT JOIN holder AS h ON h.job_id = r.id
         WHERE j.id = r.id AND ${OPAQUE_RUNNING} AND j.worker_id = r.worker_id AND j.attempts = r.attempt
-          AND j.claims = r.token
-        RETURNING j.id, r.token, j.status
+          AND j.claims = r.token AND h.id IS DISTINCT FROM 0
+        RETURNING j.id, r.token, j.status, j.pending_key
       ), notified AS (
-        SELECT pg_notify($5, 'jobs') FROM (SELECT 1 FROM released WHERE status = 'pending' LIMIT 1) AS any_pending
+        SELECT pg_notify($5, 'jobs')
+        FROM (SELECT 1 FROM released WHERE status = 'pending' OR pending_key IS NOT NULL LIMIT 1) AS any_pending
       )
-      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified FROM released`,
+      SELECT id::text AS id, token::text AS token, false AS busy, (SELECT count(*) FROM notified) AS notified
+      FROM released
+      UNION ALL
+      SELECT h.job_id::text, NULL, true, 0 FROM holder AS h WHERE h.id = 0`,
   };
 }
 
@@ -145,8 +204,8 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
   /** running → done (or deleted and counted, with `deleteCompleted`), under the lease. */
   async complete(db: Executor, lease: Lease, resultJson: string): Promise<boolean> {
     const rows = this.deleteCompleted
-      ? await this.run(db, this.sql.completeDelete, leaseValues(lease))
-      : await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson]);
+      ? await this.run(db, this.sql.completeDelete, [...leaseValues(lease), this.channel])
+      : await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson, this.channel]);
     return rows.length === 1;
   }
 
@@ -173,10 +232,14 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       items.map((i) => i.lease.token),
     ];
     const rows = this.deleteCompleted
-      ? await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, leases)
+      ? await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, [
+          ...leases,
+          this.channel,
+        ])
       : await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
           ...leases,
           items.map((i) => i.resultJson),
+          this.channel,
         ]);
     const completed = new Set(rows.map((row) => `${row.id}/${row.token}`));
     return batch.map(
@@ -194,12 +257,13 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       ...leaseValues(lease),
       errorText,
       retryInMs,
+      this.channel,
     ]);
     return rows[0]?.status ?? null;
   }
 
   async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {
-    const rows = await this.run(db, this.sql.cancelRunning, [...leaseValues(lease), note]);
+    const rows = await this.run(db, this.sql.cancelRunning, [...leaseValues(lease), note, this.channel]);
     return rows.length === 1;
   }
 
@@ -212,14 +276,19 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
   async releaseMany(db: Executor, leases: readonly Lease[]): Promise<boolean[]> {
     if (leases.length === 0) return [];
     const sorted = byId(leases, (lease) => lease.id); // one lock order for all batch statements
-    const rows = await this.run<{ id: string; token: string }>(db, this.sql.releaseMany, [
+    const rows = await this.run<{ id: string; token: string; busy: boolean }>(db, this.sql.releaseMany, [
       sorted.map((l) => l.id),
       sorted.map((l) => l.workerId),
       sorted.map((l) => l.attempt),
       sorted.map((l) => l.token),
       this.channel,
     ]);
-    const released = new Set(rows.map((row) => `${row.id}/${row.token}`));
+    const released = new Set(rows.filter((row) => !row.busy).map((row) => `${row.id}/${row.token}`));
+    // §8 leases whose key's lock was taken: one at a time, each waiting for its one lock
+    const busy = new Set(rows.filter((row) => row.busy).map((row) => String(row.id)));
+    for (const lease of sorted) {
+      if (busy.has(lease.id) && (await this.release(db, lease))) released.add(leaseKey(lease));
+    }
     return leases.map((lease) => released.has(leaseKey(lease)));
   }
 }

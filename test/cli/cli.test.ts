@@ -453,7 +453,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       run(['requeue', held as string]),
     ]);
     oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
-    oneLineError(keyTaken, 3, /another active job holds its dedupe key/);
+    oneLineError(keyTaken, 3, /another job holds its dedupe key/);
     expect((await row(held as string)).status).toBe('dead');
     expect(json(asJson)).toEqual({ id: dead, requeued: true });
     expect(ok(asText)).toBe(`Requeued job ${deadToo}.\n`);
@@ -669,6 +669,26 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(zeroRate, 2, /--rate-limit.*N ≥ 1/);
     oneLineError(zeroPeriod, 2, /--rate-limit.*period must be at least 1 ms/);
     oneLineError(badConcurrency, 2, /--concurrency.*must be a positive integer or none/);
+  });
+
+  test('enqueue --dedupe-scope pending (SPEC §8): a hit names the queued job; bad input exits 2', async () => {
+    const args = ['enqueue', 'cli.scoped', '--dedupe-key', 'cli-scoped', '--dedupe-scope', 'pending'];
+    const first = json(await run([...args, '--json'])) as { id: string; created: boolean };
+    expect(first.created).toBe(true);
+    expect(ok(await run(args))).toBe(
+      `Not enqueued: job ${first.id} is queued with dedupe key "cli-scoped" (scope pending).\n`,
+    );
+    expect(ok(await run(['get', first.id]))).toMatch(/dedupe key +cli-scoped/);
+    const [noKey, badScope] = await Promise.all([
+      run(['enqueue', 'cli.scoped', '--dedupe-scope', 'pending']),
+      run(['enqueue', 'cli.scoped', '--dedupe-key', 'k', '--dedupe-scope', 'all']),
+    ]);
+    oneLineError(noKey, 2, /--dedupe-scope.*needs --dedupe-key/);
+    oneLineError(badScope, 2, /--dedupe-scope.*must be 'active' or 'pending'/);
+    const rows = await db.sql<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${db.jobs} WHERE task = 'cli.scoped'`,
+    );
+    expect(rows[0]?.n).toBe(1);
   });
 
   test('prune --older-than 7d --json: deletes old finished rows only, no progress on stderr', async () => {

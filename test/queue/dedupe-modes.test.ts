@@ -259,7 +259,9 @@ describe('validation (SPEC §1.11)', () => {
     const queue = db.queue();
     const bad: [object, string][] = [
       [{ dedupe: { replace: true } }, 'dedupe'], // no dedupeKey
-      [{ dedupeKey: 'k', dedupe: { scope: 'pending' } }, 'dedupe.scope'],
+      [{ dedupeKey: 'k', dedupe: { scope: 'pending', windowMs: 10 } }, 'dedupe.scope'],
+      [{ dedupeKey: 'k', dedupe: { scope: 'pending', replace: true } }, 'dedupe.scope'],
+      [{ dedupe: { scope: 'pending' } }, 'dedupe'], // no dedupeKey
       [{ dedupeKey: 'k', dedupe: { scope: 'all' } }, 'dedupe.scope'],
       [{ dedupeKey: 'k', dedupe: { windowMs: 0 } }, 'dedupe.windowMs'],
       [{ dedupeKey: 'k', dedupe: { replace: true, windowMs: 10 } }, 'dedupe.windowMs'],
