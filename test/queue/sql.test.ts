@@ -103,6 +103,58 @@ describe('store SQL', () => {
     expect(blocks).toBeLessThan(300);
   });
 
+  test('no pick is JIT-compiled, however large the (analyzed) backlog', async () => {
+    // Migration 10's filter made the planner cost pick_pending's walk over 30,000 jobs past
+    // jit_above_cost: every claim was JIT-compiled (30–120 ms), a drain of an analyzed backlog
+    // ran at a tenth of its speed. Break seen failing: pick_pending without `SET jit = off`.
+    const queue = db.queue({ schema: 'nojit' });
+    await queue.migrate();
+    await db.sql(`INSERT INTO nojit.jobs (task) SELECT 't' FROM generate_series(1, 30000)`);
+    await db.sql('ANALYZE nojit.jobs');
+    const config = await db.sql<{ proname: string; proconfig: string[] | null }>(
+      `SELECT proname, proconfig FROM pg_proc WHERE pronamespace = 'nojit'::regnamespace AND proname LIKE 'pick\\_%'`,
+    );
+    expect(config.map((f) => f.proname).sort()).toEqual([
+      'pick_groups',
+      'pick_mixed',
+      'pick_pending',
+      'pick_queue',
+    ]);
+    for (const f of config) expect(f.proconfig, f.proname).toContain('jit=off');
+
+    // Where JIT and auto_explain are available: with JIT made as cheap as it gets for the
+    // session, the statements inside the picks still run without it.
+    const client = await db.pool.connect();
+    const logs: string[] = [];
+    const onNotice = (notice: { message?: string }) => logs.push(notice.message ?? '');
+    client.on('notice', onNotice);
+    try {
+      const [jit] = (await client.query('SELECT pg_jit_available() AS available')).rows;
+      const explained = await client.query("LOAD 'auto_explain'").then(
+        () => true,
+        () => false,
+      );
+      if (!jit.available || !explained) return;
+      await client.query(`SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on;
+                          SET client_min_messages = log; SET jit = on; SET jit_above_cost = 0`);
+      await client.query('BEGIN');
+      await client.query(`SELECT count(*) FROM nojit.pick_pending(10, '{t}', null)`);
+      await client.query(`SELECT count(*) FROM nojit.pick_mixed(10, '{t}', null, null)`);
+      await client.query(`SELECT count(*) FROM nojit.pick_queue(10, '{t}', 'default', now(), null, null)`);
+      await client.query('ROLLBACK');
+      const nested = logs.filter(
+        (log) => log.includes('FROM "nojit".jobs') || log.includes('FROM nojit.jobs'),
+      );
+      expect(nested.length).toBeGreaterThan(0);
+      expect(nested.filter((log) => /\bJIT:/.test(log))).toEqual([]);
+      expect(logs.some((log) => /\bJIT:/.test(log))).toBe(true); // the session's own statements were compiled
+    } finally {
+      client.off('notice', onNotice);
+      await client.query('RESET ALL').catch(() => undefined);
+      client.release(true);
+    }
+  });
+
   test('a killed idle pool connection does not crash the process; the queue keeps working', async () => {
     const warnings: string[] = [];
     const queue = db.queue({ logger: { warn: (_fields, message) => warnings.push(String(message)) } });
