@@ -20,7 +20,8 @@ export type SkiplockErrorCode =
   | 'ERR_JOB_CANCELLED'
   | 'ERR_LEASE_LOST'
   | 'ERR_WORKER_STOPPING'
-  | 'ERR_EMBEDDED_POSTGRES';
+  | 'ERR_EMBEDDED_POSTGRES'
+  | 'ERR_PERMANENT';
 
 /** Base class of every error Skiplock throws on purpose. */
 export class SkiplockError extends Error {
@@ -31,6 +32,31 @@ export class SkiplockError extends Error {
     this.name = new.target.name;
     this.code = code;
   }
+}
+
+/**
+ * Thrown by a handler (or passed to `queue.fail`): this attempt failed for a reason no retry can
+ * fix — the job goes dead at once, whatever attempts it has left, keeping the message as its
+ * lastError (SPEC §9).
+ *
+ * @example
+ * if (!user) throw new PermanentError(`unknown user ${id}`);
+ */
+export class PermanentError extends SkiplockError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('ERR_PERMANENT', message, options);
+  }
+}
+
+/**
+ * Whether `error` asks for no retry: a {@link PermanentError} — of this copy of Skiplock or
+ * another one in the same process (its code says so).
+ */
+export function isPermanent(error: unknown): boolean {
+  return (
+    error instanceof PermanentError ||
+    (error instanceof Error && (error as { code?: unknown }).code === 'ERR_PERMANENT')
+  );
 }
 
 /**

@@ -18,6 +18,7 @@ export {
   MigrationError,
   NotFoundError,
   NotMigratedError,
+  PermanentError,
   type PostgresErrorFields,
   QueueClosedError,
   SkiplockError,
@@ -27,6 +28,17 @@ export {
 } from './errors.js';
 export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';
 export { Queue, type QueueOptions } from './queue.js';
+export {
+  defineTask,
+  type InferInput,
+  type InferOutput,
+  type SchemaIssue,
+  type SchemaResult,
+  type StandardSchemaV1,
+  type Task,
+  type TaskConfig,
+  type TaskSettings,
+} from './task/task.js';
 export {
   type BackoffJitter,
   type BackoffOptions,
@@ -56,6 +68,7 @@ export {
   type RequeueOutcome,
   type Schedule,
   type ScheduleOptions,
+  type TaskJobSpec,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
 export type { Handler, JobContext, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';

@@ -29,7 +29,16 @@ import * as queues from './engine/queues.js';
 import * as reads from './engine/reads.js';
 import * as schedules from './engine/scheduler.js';
 import type { QueueOptions } from './engine/settings.js';
+import { isPermanent } from './errors.js';
 import type { MigrateResult } from './migrations/migrate.js';
+import {
+  checkPayload,
+  checkSpecPayloads,
+  isTask,
+  specsWithTaskDefaults,
+  type Task,
+  withTaskDefaults,
+} from './task/task.js';
 import type {
   CancelOutcome,
   ClaimedJob,
@@ -52,6 +61,7 @@ import type {
   RequeueOutcome,
   Schedule,
   ScheduleOptions,
+  TaskJobSpec,
 } from './types.js';
 
 export { MAX_CLAIM_LIMIT } from './core/queue-args.js';
@@ -95,14 +105,28 @@ export class Queue {
    * false }` (SPEC §1.7). With `client` it joins your open transaction (SPEC §1.6); without, calls
    * that arrive together share one INSERT and one commit (`batchEnqueue`), each with its own fate.
    */
-  async enqueue(
+  enqueue(
     task: string,
+    payload?: unknown,
+    options?: EnqueueOptions & EnqueueCallOptions,
+  ): Promise<EnqueueResult>;
+  enqueue<Input>(
+    // biome-ignore lint/suspicious/noExplicitAny: the handler's payload and result types do not matter here.
+    task: Task<Input, any, any>,
+    payload: NoInfer<Input>,
+    options?: EnqueueOptions & EnqueueCallOptions,
+  ): Promise<EnqueueResult>;
+  async enqueue(
+    task: string | Task<unknown, unknown, unknown>,
     payload?: unknown,
     options?: EnqueueOptions & EnqueueCallOptions,
   ): Promise<EnqueueResult> {
     const engine = this.open();
-    const { client, ...jobOptions } = enqueueOptions(options);
-    const job = toNewJob(task, payload, jobOptions);
+    const { client, ...callOptions } = enqueueOptions(options);
+    // §9 a defined task: its name and defaults, its payload checked against its schema
+    const { name, options: jobOptions } = withTaskDefaults(task, callOptions);
+    const job = toNewJob(name, payload, jobOptions);
+    if (isTask(task)) await checkPayload(task, job.payloadJson, payload, 'payload');
     return engine.enqueuer.enqueue(job, client === undefined ? undefined : engine.writer(client));
   }
 
@@ -110,10 +134,14 @@ export class Queue {
    * Adds many jobs in one INSERT and one NOTIFY; results in input order. One invalid spec rejects
    * the batch, nothing written; a dedupe key repeated in it yields the first entry's id.
    */
-  async enqueueMany(specs: readonly JobSpec[], options?: EnqueueCallOptions): Promise<EnqueueResult[]> {
+  async enqueueMany(
+    specs: readonly (JobSpec | TaskJobSpec)[],
+    options?: EnqueueCallOptions,
+  ): Promise<EnqueueResult[]> {
     const engine = this.open();
     const client = clientOption(options);
-    const jobs = toNewJobs(specs);
+    const jobs = toNewJobs(specsWithTaskDefaults(specs));
+    await checkSpecPayloads(specs, jobs);
     if (jobs.length === 0) return [];
     return engine.enqueuer.enqueueMany(jobs, client === undefined ? undefined : engine.writer(client));
   }
@@ -161,7 +189,7 @@ export class Queue {
     const engine = this.open();
     const owner = requireLease(lease);
     const retryInMs = retryInMsArg(options) ?? engine.retryDelay(owner.attempt);
-    return engine.completer.fail(owner, errorText(error), retryInMs);
+    return engine.completer.fail(owner, errorText(error), retryInMs, isPermanent(error));
   }
 
   /** Extends the lease to now + `leaseMs` (database time). `false` when no longer the owner. */

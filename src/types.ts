@@ -1,5 +1,7 @@
 /** Public types of Skiplock's API (SPEC §2–3). */
 
+import type { Task } from './task/task.js';
+
 /** Where a job is in its life. `pending` and `running` are active; the others are finished. */
 export type JobStatus = 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
 
@@ -124,6 +126,16 @@ export interface EnqueueCallOptions {
 export interface JobSpec extends EnqueueOptions {
   task: string;
   payload?: unknown;
+}
+
+/**
+ * One job of `enqueueMany` for a task made by `defineTask` (SPEC §9): its payload is checked
+ * against the task's schema at run time (before anything is written), its defaults used.
+ */
+export interface TaskJobSpec extends EnqueueOptions {
+  // biome-ignore lint/suspicious/noExplicitAny: a batch mixes tasks of any payload type.
+  task: Task<any, any, any>;
+  payload: unknown;
 }
 
 /** Result of one enqueue. `created: false` is a dedupe hit; `id` is then the active holder's. */

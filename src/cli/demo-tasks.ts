@@ -4,7 +4,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Queue } from '../queue.js';
-import type { JobSpec } from '../types.js';
+import type { EnqueueOptions, JobSpec } from '../types.js';
 import type { TaskMap } from '../worker/options.js';
 
 const between = (min: number, max: number) => min + Math.floor(Math.random() * (max - min));
@@ -77,7 +77,7 @@ export function startProducer(
   return () => clearInterval(timer);
 }
 
-function toArgs(spec: JobSpec): Parameters<Queue['enqueue']> {
+function toArgs(spec: JobSpec): [string, unknown, EnqueueOptions] {
   const { task, payload, ...options } = spec;
   return [task, payload, options];
 }

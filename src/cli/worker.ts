@@ -4,7 +4,8 @@ import { type Command, InvalidArgumentError } from 'commander';
 import { errorText } from '../core/error-text.js';
 import { ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
-import type { TaskMap } from '../worker/options.js';
+import { isTask, type Task } from '../task/task.js';
+import type { TaskMap, WorkerOptions } from '../worker/options.js';
 import { Worker } from '../worker/worker.js';
 import { type GlobalOptions, requireDatabaseUrl, SIGNAL_ECHO_MS } from './context.js';
 
@@ -28,7 +29,7 @@ export function registerWorker(program: Command): void {
     .description('run the handlers of a tasks module until SIGINT/SIGTERM (graceful stop)')
     .requiredOption(
       '--tasks <module>',
-      'module whose default export (or export `tasks`) maps task names to handlers',
+      'module exporting tasks made by defineTask, or (default export or `tasks`) a map of task names to handlers',
     )
     .option('--concurrency <n>', 'most jobs at once (default 10)', positiveInt)
     .option(
@@ -62,8 +63,11 @@ export function registerWorker(program: Command): void {
     .addHelpText(
       'after',
       `
-The tasks module:
+The tasks module — tasks made by defineTask (any exports, or an array as default):
   // tasks.js
+  export const sendEmail = defineTask({ name: 'email.send', schema, handler: async (payload, ctx) => … });
+  export const buildReport = defineTask({ name: 'report.build', schema, handler, timeoutMs: 60_000 });
+or handlers by task name:
   export default {
     'email.send': async (payload, { signal, job }) => { await send(payload, { signal }); return { sent: true }; },
     'report.build': { handler: buildReport, timeoutMs: 60_000 },
@@ -111,7 +115,7 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
         await queue.close();
         throw error;
       }
-      const names = Object.keys(tasks).join(', ');
+      const names = (Array.isArray(tasks) ? tasks.map((task) => task.name) : Object.keys(tasks)).join(', ');
       process.stdout.write(
         `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}${preparedStatements ? '' : '; no prepared statements'}\n`,
       );
@@ -124,8 +128,12 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
     });
 }
 
-/** Imports the tasks module and finds its handler map. */
-async function loadTasks(file: string): Promise<TaskMap> {
+/**
+ * Imports the tasks module and finds its tasks: `export const tasks`, else the default export —
+ * a defined task, an array of them or a handler map — else every export that is a defined task
+ * (§9; other exports are ignored).
+ */
+async function loadTasks(file: string): Promise<WorkerOptions['tasks']> {
   const absolute = path.resolve(file);
   let mod: { default?: unknown; tasks?: unknown };
   try {
@@ -143,19 +151,34 @@ async function loadTasks(file: string): Promise<TaskMap> {
     }
     throw error;
   }
-  const candidate = isTaskMap(mod.tasks) ? mod.tasks : isTaskMap(mod.default) ? mod.default : null;
-  if (!candidate) {
-    throw new ValidationError(
-      '--tasks',
-      `${file} must export its handlers: \`export default { taskName: async (payload, ctx) => … }\` or \`export const tasks = { … }\``,
-    );
+  for (const candidate of [mod.tasks, mod.default]) {
+    if (isTask(candidate)) return [candidate];
+    if (isTaskList(candidate) || isTaskMap(candidate)) return candidate;
   }
-  return candidate;
+  // every defined task among the exports, once (an export under two names is one task)
+  const defined = [...new Set(Object.values(mod).filter(isTask))];
+  if (defined.length > 0) return defined;
+  throw new ValidationError(
+    '--tasks',
+    `${file} must export its tasks: \`export const sendEmail = defineTask({ … })\`, or handlers: \`export default { taskName: async (payload, ctx) => … }\``,
+  );
 }
 
+function isTaskList(value: unknown): value is Task<unknown, unknown, unknown>[] {
+  return Array.isArray(value) && value.length > 0 && value.every(isTask);
+}
+
+/** An object of handlers by task name: each value a function, `{ handler }` or a defined task. */
 function isTaskMap(value: unknown): value is TaskMap {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
+  const values = Object.values(value);
   return (
-    typeof value === 'object' && value !== null && !Array.isArray(value) && Object.keys(value).length > 0
+    values.length > 0 &&
+    values.every(
+      (v) =>
+        typeof v === 'function' ||
+        (typeof v === 'object' && v !== null && typeof (v as { handler?: unknown }).handler === 'function'),
+    )
   );
 }
 

@@ -52,10 +52,16 @@ export class Completer {
   /**
    * A failed attempt: pending again after `retryInMs`, dead when attempts are spent, or
    * cancelled when cancellation was requested meanwhile; null when the lease no longer owns it.
+   * `permanent`: dead at once (a PermanentError, a task's retryIf said no).
    */
-  fail(lease: Lease, errorText: string, retryInMs: number): Promise<'pending' | 'dead' | 'cancelled' | null> {
+  fail(
+    lease: Lease,
+    errorText: string,
+    retryInMs: number,
+    permanent = false,
+  ): Promise<'pending' | 'dead' | 'cancelled' | null> {
     this.engine.assertOpen();
-    return this.engine.store.outcome.fail(this.engine.pool, lease, errorText, retryInMs);
+    return this.engine.store.outcome.fail(this.engine.pool, lease, errorText, retryInMs, permanent);
   }
 
   /** running → cancelled, for the owner of a job whose cancellation was requested. */

@@ -82,25 +82,26 @@ export function outcomeSql(s: string) {
      * cancelled as superseded (one queued per key), decided under the key's lock, and the queued
      * job takes the retry over: it waits at least the backoff (a runaway's too) and continues the
      * attempt count, so a key whose work keeps failing still backs off and goes dead. A job of
-     * such a key that ends wakes workers for the queued one.
-     * $5 error text, $6 retry delay ms, $7 channel.
+     * such a key that ends wakes workers for the queued one. §9 $8 true: dead at once (a
+     * PermanentError, retryIf false), whatever attempts are left.
+     * $5 error text, $6 retry delay ms, $7 channel, $8 permanent.
      */
     fail: `
       WITH ${HOLDER(
         s,
         `(SELECT id, pending_key, attempts FROM ${jobs}
-          WHERE ${LEASE_GUARD} AND cancel_requested_at IS NULL AND attempts < max_attempts)`,
+          WHERE ${LEASE_GUARD} AND cancel_requested_at IS NULL AND attempts < max_attempts AND NOT $8::boolean)`,
         true,
         `now() + $6::float8 * interval '1 millisecond', k.attempts, ${TOOK_OVER('k.id', 'k.attempts', '$5::text')}`,
       )}
       UPDATE ${jobs} SET
         status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
-                      WHEN attempts >= max_attempts THEN 'dead'
+                      WHEN attempts >= max_attempts OR $8::boolean THEN 'dead'
                       WHEN EXISTS (SELECT 1 FROM holder WHERE holder.id IS NOT NULL) THEN 'cancelled'
                       ELSE 'pending' END,
-        run_after = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN run_after
+        run_after = CASE WHEN attempts >= max_attempts OR $8::boolean OR cancel_requested_at IS NOT NULL THEN run_after
                          ELSE now() + $6::float8 * interval '1 millisecond' END,
-        last_error = CASE WHEN attempts >= max_attempts OR cancel_requested_at IS NOT NULL THEN $5
+        last_error = CASE WHEN attempts >= max_attempts OR $8::boolean OR cancel_requested_at IS NOT NULL THEN $5
                           ELSE $5 || coalesce((SELECT E'\n' || ${SUPERSEDED('holder.id', 'pending_key')}
                                                FROM holder WHERE holder.id IS NOT NULL), '') END,
         lease_until = NULL, worker_id = NULL, updated_at = now()
@@ -247,17 +248,20 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
     );
   }
 
+  /** `permanent`: dead at once, whatever attempts are left (§9). */
   async fail(
     db: Executor,
     lease: Lease,
     errorText: string,
     retryInMs: number,
+    permanent = false,
   ): Promise<'pending' | 'dead' | 'cancelled' | null> {
     const rows = await this.run<{ status: 'pending' | 'dead' | 'cancelled' }>(db, this.sql.fail, [
       ...leaseValues(lease),
       errorText,
       retryInMs,
       this.channel,
+      permanent,
     ]);
     return rows[0]?.status ?? null;
   }

@@ -167,7 +167,8 @@ export class Dispatcher {
     const done = execute(run, handler, {
       engine,
       batchCompletions: settings.batchCompletions,
-      backoff: settings.backoff,
+      backoff: task?.backoff ?? settings.backoff,
+      retryIf: task?.retryIf ?? null,
       emit: (event, payload) => this.deps.emit(event, payload),
       onError: (error, during) => this.deps.onError(error, during),
       // The handler settled (or was given up on): its slot starts the next held job while the

@@ -19,7 +19,7 @@ import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
 import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
 import type { Engine } from '../engine/engine.js';
-import { DatabaseError, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import { DatabaseError, isPermanent, LeaseLostError, WorkerStoppingError } from '../errors.js';
 import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
@@ -30,8 +30,10 @@ export interface ExecutorDeps {
   engine: Engine;
   /** Completions share a statement with those that finish together (the Worker's `batchCompletions`). */
   batchCompletions: boolean;
-  /** The worker's own backoff, else the queue's. */
+  /** The task's own backoff, else the worker's, else the queue's (null). */
   backoff: BackoffOptions | null;
+  /** §9 the task's retryIf: `false` sends the job dead at once. */
+  retryIf: ((error: unknown) => boolean) | null;
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
   onError(error: unknown, during: string): void;
   /** The handler settled or was given up on: its slot is free while the outcome is written. */
@@ -256,14 +258,27 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
     : deps.engine.retryDelay(job.attempt);
   // A runaway may still be running: no retry may start while its lease could still be ours.
   if (outcome.kind === 'abandoned') retryInMs = Math.max(retryInMs, Math.ceil(run.leaseRemainingMs()));
+  // §9 no retry for a PermanentError, or when the task's retryIf says no
+  const permanent = isPermanent(error) || !retryWanted(error, deps);
   const status = await persist(run, deps, 'recording a failure', () =>
-    completer.fail(job, errorText(error), retryInMs),
+    completer.fail(job, errorText(error), retryInMs, permanent),
   );
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
   } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
   else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs });
   else if (status === null) deps.emit('lease:lost', { job });
+}
+
+/** The task's retryIf on `error` (true without one); one that throws is reported, and retries. */
+function retryWanted(error: unknown, deps: ExecutorDeps): boolean {
+  if (deps.retryIf === null) return true;
+  try {
+    return deps.retryIf(error) !== false;
+  } catch (thrown) {
+    deps.onError(thrown, "calling the task's retryIf");
+    return true;
+  }
 }
 
 /** A handler's result as JSON text, or the error that fails the attempt when JSON cannot hold it. */

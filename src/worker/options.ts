@@ -11,6 +11,7 @@ import {
 } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
 import { Queue, type QueueOptions } from '../queue.js';
+import { isTask, payloadRejected, type Task, validatePayload } from '../task/task.js';
 import type { BackoffOptions, ClaimedJob, Logger } from '../types.js';
 
 /** What a handler receives besides the payload. */
@@ -40,6 +41,17 @@ export interface TaskDefinition<P = unknown> {
   timeoutMs?: number;
 }
 
+/** How the worker runs one task. */
+export interface TaskEntry {
+  handler: Handler;
+  /** Default deadline of the task's jobs. */
+  timeoutMs: number | null;
+  /** The task's own backoff (§9), else the worker's, else the queue's. */
+  backoff: BackoffOptions | null;
+  /** §9 `false`: the error is not worth another attempt (the job goes dead at once). */
+  retryIf: ((error: unknown) => boolean) | null;
+}
+
 /** Task name → handler (or definition). */
 // biome-ignore lint/suspicious/noExplicitAny: each task has its own payload type.
 export type TaskMap = Record<string, Handler<any> | TaskDefinition<any>>;
@@ -50,8 +62,12 @@ export interface WorkerOptions {
   queue?: Queue;
   connectionString?: string;
   schema?: string;
-  /** Handlers by task name. The worker claims only these tasks. */
-  tasks: TaskMap;
+  /**
+   * Handlers by task name, or tasks made by `defineTask` (SPEC §9: their payloads are checked
+   * against their schemas before the handler runs). The worker claims only these tasks.
+   */
+  // biome-ignore lint/suspicious/noExplicitAny: each task has its own payload type.
+  tasks: TaskMap | readonly Task<any, any, any>[];
   /** Most jobs running at once (default 10). */
   concurrency?: number;
   /** Lease length (default 120 000 ms); renewed about every third of it. */
@@ -111,7 +127,7 @@ export interface WorkerOptions {
 /** Settings after validation and defaults. */
 export interface WorkerSettings {
   workerId: string;
-  tasks: Map<string, { handler: Handler; timeoutMs: number | null }>;
+  tasks: Map<string, TaskEntry>;
   taskNames: string[];
   queues: string[] | null;
   concurrency: number;
@@ -191,26 +207,74 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
 }
 
 function taskMap(tasks: unknown): WorkerSettings['tasks'] {
-  if (typeof tasks !== 'object' || tasks === null || Array.isArray(tasks)) {
-    throw new ValidationError('tasks', 'must be an object mapping task names to handler functions');
+  if (Array.isArray(tasks)) return taskList(tasks);
+  if (typeof tasks !== 'object' || tasks === null) {
+    throw new ValidationError(
+      'tasks',
+      'must be an object mapping task names to handler functions, or an array of tasks made by defineTask',
+    );
   }
   const map: WorkerSettings['tasks'] = new Map();
   for (const [name, value] of Object.entries(tasks)) {
     requireName(name, 'tasks');
     const field = `tasks[${JSON.stringify(name)}]`;
-    if (typeof value === 'function') {
-      map.set(name, { handler: value as Handler, timeoutMs: null });
+    if (isTask(value)) {
+      if (value.name !== name) {
+        throw new ValidationError(
+          field,
+          `is the task ${JSON.stringify(value.name)}: its key must be its name`,
+        );
+      }
+      map.set(name, taskEntry(value));
+    } else if (typeof value === 'function') {
+      map.set(name, { handler: value as Handler, timeoutMs: null, backoff: null, retryIf: null });
     } else if (typeof value === 'object' && value !== null && typeof value.handler === 'function') {
       rejectUnknownKeys(value, ['handler', 'timeoutMs'], field);
       const timeoutMs =
         value.timeoutMs === undefined ? null : requireInt(value.timeoutMs, `${field}.timeoutMs`, 1);
-      map.set(name, { handler: value.handler as Handler, timeoutMs });
+      map.set(name, { handler: value.handler as Handler, timeoutMs, backoff: null, retryIf: null });
     } else {
       throw new ValidationError(field, 'must be a handler function or { handler, timeoutMs }');
     }
   }
   if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task with its handler');
   return map;
+}
+
+/** `tasks: [sendEmail, resizeImage]`: tasks made by defineTask, each name once. */
+function taskList(tasks: readonly unknown[]): WorkerSettings['tasks'] {
+  const map: WorkerSettings['tasks'] = new Map();
+  tasks.forEach((task, i) => {
+    if (!isTask(task)) {
+      throw new ValidationError(
+        `tasks[${i}]`,
+        'must be a task made by defineTask (or pass an object of handlers)',
+      );
+    }
+    if (map.has(task.name))
+      throw new ValidationError(`tasks[${i}]`, `repeats the task ${JSON.stringify(task.name)}`);
+    map.set(task.name, taskEntry(task));
+  });
+  if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task');
+  return map;
+}
+
+/**
+ * A defined task as the worker runs it (§9): its payload checked against its schema first — a
+ * payload that fails sends the job dead at once (a PermanentError), its handler never runs — and
+ * the handler given the schema's output.
+ */
+function taskEntry(task: Task<unknown, unknown, unknown>): TaskEntry {
+  return {
+    handler: async (payload, ctx) => {
+      const result = await validatePayload(task, payload);
+      if (result.issues !== undefined) throw payloadRejected(task, result.issues);
+      return task.handler(result.value, ctx);
+    },
+    timeoutMs: task.timeoutMs ?? null,
+    backoff: task.backoff ?? null,
+    retryIf: task.retryIf ?? null,
+  };
 }
 
 /** The worker's own Queue uses prepared statements unless told otherwise or `listen: false`. */

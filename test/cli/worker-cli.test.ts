@@ -204,6 +204,29 @@ describe.concurrent('long-running commands', { timeout: 120_000 }, () => {
     expect((await jobsOf('cli-loud')).every((j) => j.worker_id === loudId)).toBe(true);
   });
 
+  test('worker --tasks with defined tasks (SPEC §9): found by their exports; a payload that fails its schema goes dead', async () => {
+    const worker = start(['worker', '--tasks', 'test/cli/fixtures/typed-tasks.ts', '--queues', 'cli-typed']);
+    // (a module namespace lists its exports in name order: other, typed)
+    await worker.waitFor(/^skiplock worker \S+ started: tasks cli\.typed\.other, cli\.typed; /m);
+    const good = (await queue.enqueue('cli.typed', { n: 21 }, { queue: 'cli-typed' })).id;
+    const bad = (await queue.enqueue('cli.typed', { n: -1 }, { queue: 'cli-typed', maxAttempts: 5 })).id;
+    await until(async () => {
+      const jobs = await jobsOf('cli-typed');
+      return jobs.length === 2 && jobs.every((j) => j.status === 'done' || j.status === 'dead');
+    }, 'both typed jobs finished');
+    await worker.waitFor(/ dead {3}cli\.typed /, 'stderr');
+    worker.child.kill('SIGTERM');
+    expect(await worker.exited, worker.stderr()).toEqual({ code: 0, signal: null });
+    const jobs = await jobsOf('cli-typed');
+    expect(jobs.find((j) => j.id === good)).toMatchObject({ status: 'done', result: { doubled: 42 } });
+    expect(jobs.find((j) => j.id === bad)).toMatchObject({
+      status: 'dead',
+      last_error: expect.stringMatching(
+        /^PermanentError: The payload does not match the schema of task "cli.typed": n: /,
+      ),
+    });
+  });
+
   test('worker: missing module, module without handlers, no --tasks, bad flag, no database → exit 2, one line', async () => {
     const [missing, empty, noTasks, badConcurrency, noDatabase] = await Promise.all([
       runCli(['worker', '--tasks', 'test/cli/fixtures/nope.ts'], { url: db.url }),
@@ -213,11 +236,7 @@ describe.concurrent('long-running commands', { timeout: 120_000 }, () => {
       runCli(['worker', '--tasks', TASKS]),
     ]);
     oneLineError(missing, 2, /^skiplock: --tasks: cannot find the module \S*test\/cli\/fixtures\/nope\.ts$/m);
-    oneLineError(
-      empty,
-      2,
-      /^skiplock: --tasks: test\/cli\/fixtures\/no-handlers\.ts must export its handlers/,
-    );
+    oneLineError(empty, 2, /^skiplock: --tasks: test\/cli\/fixtures\/no-handlers\.ts must export its tasks/);
     oneLineError(noTasks, 2, /^skiplock: required option '--tasks <module>' not specified$/m);
     oneLineError(badConcurrency, 2, /'0' is invalid.*positive integer/);
     oneLineError(noDatabase, 2, /^skiplock: --database-url: no database given/);

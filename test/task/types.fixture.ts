@@ -1,0 +1,84 @@
+/**
+ * SPEC §9 at compile time: `npm run check` type-checks this file (it never runs). Each
+ * `@ts-expect-error` marks a line that must NOT compile — if it ever does (a payload type that
+ * stopped being checked), the directive itself becomes the error and the check fails.
+ *
+ * Break seen failing: `enqueue`'s payload typed `unknown` for a defined task (every
+ * `@ts-expect-error` on a payload became "unused").
+ */
+import { type } from 'arktype';
+import * as v from 'valibot';
+import { z } from 'zod';
+import { defineTask, type Queue, type Task, Worker } from '../../src/index.js';
+
+declare const queue: Queue;
+
+const sendEmail = defineTask({
+  name: 'email.send',
+  schema: z.object({ to: z.string().email(), cc: z.array(z.string()).optional() }),
+  handler: async (payload, ctx) => {
+    const to: string = payload.to; // the handler's payload is the schema's output
+    const id: string = ctx.job.id;
+    return { messageId: `${to}:${id}` };
+  },
+});
+
+export async function zodPayloads(): Promise<void> {
+  await queue.enqueue(sendEmail, { to: 'ada@example.com' });
+  await queue.enqueue(sendEmail, { to: 'ada@example.com', cc: ['bob@example.com'] }, { priority: 1 });
+  // @ts-expect-error `to` must be a string
+  await queue.enqueue(sendEmail, { to: 42 });
+  // @ts-expect-error `to` is required
+  await queue.enqueue(sendEmail, { cc: [] });
+  // @ts-expect-error not an object
+  await queue.enqueue(sendEmail, 'ada@example.com');
+  // @ts-expect-error the payload is required for a defined task
+  await queue.enqueue(sendEmail);
+  // A task given by name stays untyped (and unchecked).
+  await queue.enqueue('email.send', { anything: true });
+}
+
+// Input and output may differ: a default makes the input optional, the output always present.
+const resize = defineTask({
+  name: 'image.resize',
+  schema: v.object({ url: v.string(), width: v.optional(v.number(), 800) }),
+  handler: (payload) => {
+    const width: number = payload.width; // output: present
+    return width;
+  },
+});
+
+const audit = defineTask({
+  name: 'audit.write',
+  schema: type({ actor: 'string', 'amount?': 'number' }),
+  handler: (payload) => payload.actor.length,
+});
+
+export async function otherLibraries(): Promise<void> {
+  await queue.enqueue(resize, { url: 'https://example.com/a.png' });
+  // @ts-expect-error width must be a number
+  await queue.enqueue(resize, { url: 'x', width: '800' });
+  await queue.enqueue(audit, { actor: 'ada', amount: 3 });
+  // @ts-expect-error actor is required
+  await queue.enqueue(audit, { amount: 3 });
+}
+
+// The result type is the handler's return type.
+type ResultOf<T> = T extends Task<infer _Input, infer _Output, infer R> ? R : never;
+export const messageResult: ResultOf<typeof sendEmail> = { messageId: 'm' };
+// @ts-expect-error the result is { messageId: string }
+export const wrongResult: ResultOf<typeof sendEmail> = 42;
+
+defineTask({
+  name: 'typed.handler',
+  schema: z.object({ n: z.number() }),
+  handler: (payload) => {
+    // @ts-expect-error n is a number
+    const s: string = payload.n;
+    return s;
+  },
+});
+
+export function workers(): Worker {
+  return new Worker({ queue, tasks: [sendEmail, resize, audit] });
+}
