@@ -11,7 +11,6 @@ import { queues } from './007-queues.js';
 import { dedupeWindows } from './008-dedupe-windows.js';
 import { groups } from './009-groups.js';
 import { pendingScope } from './010-pending-scope.js';
-import { progress } from './011-progress.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -26,7 +25,6 @@ export const MIGRATIONS: readonly Migration[] = [
   dedupeWindows,
   groups,
   pendingScope,
-  progress,
 ];
 
 /** The schema version this package needs. */

@@ -66,18 +66,6 @@ export function leaseSql(s: string) {
       FROM held AS h LEFT JOIN renewed AS r ON r.id = h.id AND r.claims = h.token -- per claim, not per job`,
 
     /**
-     * §9 a handler's progress, for the lease's owner only (§1.2/§1.3). The row is taken with
-     * SKIP LOCKED: a row locked by another transaction — the job's own ctx.transaction, a
-     * completion in flight — is not waited for (no row: busy or not the owner; the caller keeps
-     * the value for its next write). Touches only `progress` (no indexed column, not
-     * updated_at: progress is not a transition). $5 progress (JSON text).
-     */
-    writeProgress: `
-      UPDATE ${jobs} SET progress = $5::jsonb
-      WHERE id = (SELECT id FROM ${jobs} WHERE ${LEASE_GUARD} FOR NO KEY UPDATE SKIP LOCKED)
-      RETURNING id`,
-
-    /**
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
      * reclaimed; SKIP LOCKED so concurrent reapers never block each other or an owner that is
      * finishing; the outer WHERE re-checks (§1.2). A crash spends the attempt (poison jobs die).
@@ -168,12 +156,6 @@ export class LeaseStatements extends StatementFamily<ReturnType<typeof leaseSql>
       const state = row?.renewed ? 'renewed' : row?.owned ? 'busy' : 'lost';
       return { state, cancelRequested: row?.cancel_requested === true };
     });
-  }
-
-  /** Stores a handler's progress under its lease; false when the row was busy or not the owner's. */
-  async writeProgress(db: Executor, lease: Lease, progressJson: string): Promise<boolean> {
-    const rows = await this.run(db, this.sql.writeProgress, [...leaseValues(lease), progressJson]);
-    return rows.length === 1;
   }
 
   async reap(db: Executor): Promise<string[]> {

@@ -24,7 +24,6 @@ import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
 import type { Handler, JobContext } from './options.js';
-import { ProgressWriter } from './progress.js';
 
 export interface ExecutorDeps {
   /** The queue's engine: every outcome is written by its completer. */
@@ -48,7 +47,7 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   const settled: Promise<HandlerOutcome> =
     run.abortReason === 'cancel'
       ? Promise.resolve({ kind: 'error', error: run.signal.reason })
-      : callHandler(run, handler, deps);
+      : callHandler(run, handler, deps.engine);
   const outcome = await run.outcomeOf(settled);
   run.clearTimers();
   run.phase = 'writing';
@@ -64,14 +63,10 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
     if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
   }
   deps.onSettled();
-  // §9 the last progress reported goes in before the outcome (not for a runaway: it may go on)
-  if (outcome.kind !== 'abandoned' && !run.committed) await run.progressWriter?.flush();
-  else run.progressWriter?.close();
   await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 
-function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<HandlerOutcome> {
-  const { engine } = deps;
+function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<HandlerOutcome> {
   const ctx: JobContext = {
     job: run.job,
     // Made when first read: most handlers never look at it.
@@ -79,14 +74,6 @@ function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise
       return run.signal;
     },
     transaction: (fn) => completeInTransaction(run, engine, fn),
-    progress: (value) => {
-      const json = toJsonText(value, 'progress');
-      run.progressWriter ??= new ProgressWriter(
-        (text) => engine.store.lease.writeProgress(engine.pool, run.job, text),
-        (error) => deps.onError(error, `writing the progress of job ${run.job.id}`),
-      );
-      run.progressWriter.report(json);
-    },
   };
   return (async (): Promise<HandlerOutcome> => {
     try {
