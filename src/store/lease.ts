@@ -91,10 +91,11 @@ export function leaseSql(s: string) {
                         WHEN j.attempts >= j.max_attempts THEN 'dead'
                         WHEN h.id IS NOT NULL THEN 'cancelled' ELSE 'pending' END,
           run_after = now(),
-          last_error = format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
-                              j.worker_id, j.attempts, j.max_attempts, j.lease_until)
-                       || CASE WHEN h.id IS NOT NULL AND j.cancel_requested_at IS NULL AND j.attempts < j.max_attempts
-                               THEN E'\n' || ${SUPERSEDED('h.id', 'j.pending_key')} ELSE '' END,
+          -- §8 a superseded job's reason first (lists and logs show a last_error's first line)
+          last_error = CASE WHEN h.id IS NOT NULL AND j.cancel_requested_at IS NULL AND j.attempts < j.max_attempts
+                            THEN ${SUPERSEDED('h.id', 'j.pending_key')} || E'\n' ELSE '' END
+                       || format('LeaseExpired: the lease of worker %s on attempt %s of %s expired at %s; the job was reclaimed',
+                                 j.worker_id, j.attempts, j.max_attempts, j.lease_until),
           lease_until = NULL, worker_id = NULL, updated_at = now()
         FROM expired AS e LEFT JOIN holder AS h ON h.job_id = e.id
         WHERE j.id = e.id AND j.status = 'running' AND j.lease_until < now()

@@ -102,8 +102,9 @@ export function outcomeSql(s: string) {
         run_after = CASE WHEN attempts >= max_attempts OR $8::boolean OR cancel_requested_at IS NOT NULL THEN run_after
                          ELSE now() + $6::float8 * interval '1 millisecond' END,
         last_error = CASE WHEN attempts >= max_attempts OR $8::boolean OR cancel_requested_at IS NOT NULL THEN $5
-                          ELSE $5 || coalesce((SELECT E'\n' || ${SUPERSEDED('holder.id', 'pending_key')}
-                                               FROM holder WHERE holder.id IS NOT NULL), '') END,
+                          -- the reason first: lists and logs show a last_error's first line
+                          ELSE coalesce((SELECT ${SUPERSEDED('holder.id', 'pending_key')} || E'\n'
+                                         FROM holder WHERE holder.id IS NOT NULL), '') || $5 END,
         lease_until = NULL, worker_id = NULL, updated_at = now()
       WHERE ${LEASE_GUARD}
       RETURNING status,
