@@ -47,7 +47,7 @@ beforeAll(() => {
 
 async function keyRows(key: string) {
   return db.sql<{ id: string; status: string; last_error: string | null }>(
-    `SELECT id::text, status, last_error FROM ${db.jobs} WHERE pending_key = $1 ORDER BY id`,
+    `SELECT j.id::text AS id, status, last_error FROM ${db.jobs} AS j WHERE pending_key = $1 ORDER BY j.id`,
     [key],
   );
 }

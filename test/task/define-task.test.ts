@@ -39,7 +39,7 @@ async function rowsOf(task: string) {
   }>(
     `SELECT id::text, status, queue, priority, max_attempts, timeout_ms, payload, result, attempts, last_error,
             extract(epoch FROM run_after - now())::float8 AS retry_in_s
-     FROM ${db.jobs} WHERE task = $1 ORDER BY id`,
+     FROM ${db.jobs} AS j WHERE task = $1 ORDER BY j.id -- the bigint, not the text alias`,
     [task],
   );
 }
