@@ -109,22 +109,17 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
         listen: flags.listen,
       });
       report(worker, options.verbose === true);
-      // A signal while the worker starts (it may already run jobs) stops it once started: without
-      // a handler Node would exit at once and leave those jobs to their lease's expiry.
-      const early = earlySignals();
       try {
         await worker.start();
       } catch (error) {
-        early.off();
         await queue.close();
         throw error;
       }
-      early.off();
       const names = (Array.isArray(tasks) ? tasks.map((task) => task.name) : Object.keys(tasks)).join(', ');
       process.stdout.write(
         `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}${preparedStatements ? '' : '; no prepared statements'}\n`,
       );
-      await untilSignal(worker, flags.stopTimeoutMs, early.first);
+      await untilSignal(worker, flags.stopTimeoutMs);
       await queue.close();
       const stats = worker.stats();
       process.stdout.write(
@@ -212,40 +207,8 @@ function report(worker: Worker, verbose: boolean): void {
   worker.on('job:released', ({ job }) => line(`release ${job.task} #${job.id}`));
 }
 
-/**
- * SIGINT/SIGTERM while the worker starts: the first is remembered (the stop follows once it has
- * started), a second one exits at once.
- */
-function earlySignals(): { readonly first: NodeJS.Signals | null; off(): void } {
-  let first: NodeJS.Signals | null = null;
-  let at = 0;
-  const onSignal = (signal: NodeJS.Signals) => {
-    if (first && Date.now() - at < SIGNAL_ECHO_MS) return;
-    if (first) {
-      process.stderr.write(`skiplock worker: second ${signal}, exiting now\n`);
-      process.exit(130);
-    }
-    first = signal;
-    at = Date.now();
-  };
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-  return {
-    get first() {
-      return first;
-    },
-    off() {
-      process.off('SIGINT', onSignal);
-      process.off('SIGTERM', onSignal);
-    },
-  };
-}
-
-/**
- * Resolves after a graceful stop on the first SIGINT/SIGTERM (or at once for `early`, one that
- * came while the worker started); a second one exits at once.
- */
-function untilSignal(worker: Worker, stopTimeoutMs: number, early: NodeJS.Signals | null): Promise<void> {
+/** Resolves after a graceful stop on the first SIGINT/SIGTERM; a second one exits at once. */
+function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
     let first = 0;
     const onSignal = (signal: NodeJS.Signals) => {
@@ -265,7 +228,6 @@ function untilSignal(worker: Worker, stopTimeoutMs: number, early: NodeJS.Signal
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
-    if (early) onSignal(early);
   });
 }
 
