@@ -21,7 +21,8 @@ export type SkiplockErrorCode =
   | 'ERR_LEASE_LOST'
   | 'ERR_WORKER_STOPPING'
   | 'ERR_EMBEDDED_POSTGRES'
-  | 'ERR_PERMANENT';
+  | 'ERR_PERMANENT'
+  | 'ERR_WAIT_TIMEOUT';
 
 /** Base class of every error Skiplock throws on purpose. */
 export class SkiplockError extends Error {
@@ -221,6 +222,24 @@ export class ConflictError extends SkiplockError {
 export class NotFoundError extends SkiplockError {
   constructor(message: string) {
     super('ERR_NOT_FOUND', message);
+  }
+}
+
+/**
+ * `queue.waitFor(id, { timeoutMs })`: the job had not finished when the time ran out (its row was
+ * read once more first). `job` is that last reading; the job itself is not affected.
+ */
+export class WaitTimeoutError extends SkiplockError {
+  readonly jobId: string;
+  readonly status: JobStatus;
+
+  constructor(jobId: string, status: JobStatus, timeoutMs: number) {
+    super(
+      'ERR_WAIT_TIMEOUT',
+      `Job ${jobId} was still ${status} after ${timeoutMs} ms: wait longer (timeoutMs), or check on it with queue.get('${jobId}')`,
+    );
+    this.jobId = jobId;
+    this.status = status;
   }
 }
 

@@ -24,6 +24,7 @@ export {
   SkiplockError,
   type SkiplockErrorCode,
   ValidationError,
+  WaitTimeoutError,
   WorkerStoppingError,
 } from './errors.js';
 export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';

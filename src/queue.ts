@@ -12,6 +12,7 @@ import {
   schedulePageArgs,
   taskFilterArg,
   throughputArgs,
+  waitForArgs,
 } from './core/queue-args.js';
 import { toScheduleSpec } from './core/schedule-spec.js';
 import {
@@ -216,6 +217,28 @@ export class Queue {
   /** Runs `fn` in one transaction (ROLLBACK if it throws); pass its client to `enqueue`/`complete`. */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
     return inTransaction(this.open().pool, (session) => fn(session as pg.PoolClient));
+  }
+
+  /**
+   * Waits until the job (an id, or anything with an `id`) is done, dead or cancelled, and
+   * resolves with it as it finished (SPEC §9). It never misses the moment: a completion hint over
+   * LISTEN, and the row read again on every (re)connection, every 500 ms while LISTEN is
+   * unavailable (or `listen: false`), every 5 s otherwise, and once more on timeout. Rejects with
+   * a `WaitTimeoutError` after `timeoutMs` (none by default), with the signal's reason when
+   * `signal` aborts, with a `NotFoundError` if there is no such job (or it was deleted before it
+   * was seen finished), and with a `QueueClosedError` when the queue closes meanwhile.
+   *
+   * @example
+   * const { id } = await queue.enqueue(resizeImage, { url });
+   * const job = await queue.waitFor(id, { timeoutMs: 60_000 });
+   * if (job.status === 'done') console.log(job.result);
+   */
+  async waitFor(
+    job: string | { id: string },
+    options?: { timeoutMs?: number; signal?: AbortSignal },
+  ): Promise<Job> {
+    const { id, timeoutMs, signal } = waitForArgs(job, options);
+    return this.open().waitFor(id, timeoutMs, signal);
   }
 
   /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */

@@ -42,6 +42,11 @@ export interface Job<P = unknown> {
   updatedAt: Date;
   /** The worker ids of its claims, oldest first (the last 25). */
   attemptedBy: string[];
+  /**
+   * What its handler last reported with `ctx.progress(value)` (JSON), or null; kept after the
+   * job finishes and across attempts until the next report (SPEC §9).
+   */
+  progress: unknown;
 }
 
 /**

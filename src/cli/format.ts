@@ -92,6 +92,7 @@ export function jobDetail(job: Job, now = new Date()): string {
     ['updated', time(job.updatedAt)],
     ['payload', JSON.stringify(job.payload, null, 2)],
     ['result', job.result === null ? '—' : JSON.stringify(job.result, null, 2)],
+    ['progress', job.progress === null || job.progress === undefined ? '—' : JSON.stringify(job.progress)],
     ['last error', job.lastError ?? '—'],
   ];
   const pad = Math.max(...fields.map(([name]) => name.length));

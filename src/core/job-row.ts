@@ -28,6 +28,8 @@ export interface JobRow {
   /** Claims so far, as text: the claim token of the latest claim. */
   claims: string;
   group_key: string | null;
+  /** §9 JSON progress (absent from rows of statements that do not select it). */
+  progress?: unknown;
 }
 
 /** Maps a row to the public {@link Job} shape. */
@@ -42,6 +44,7 @@ export function toJob(row: JobRow): Job {
     result: row.result,
     dedupeKey: row.dedupe_key,
     group: row.group_key ?? null,
+    progress: row.progress ?? null,
     attempts: Number(row.attempts),
     maxAttempts: Number(row.max_attempts),
     runAfter: toDate(row.run_after),

@@ -164,3 +164,19 @@ function rateArg(value: unknown, field: string): { limit: number; periodMs: numb
     periodMs: requireInt(rate.periodMs, `${field}.periodMs`, 1, MAX_PERIOD_MS),
   };
 }
+
+/** §9 `waitFor(job, options)`: the job's id (an id or a job object) and the wait's bounds. */
+export function waitForArgs(
+  job: unknown,
+  options: { timeoutMs?: number; signal?: AbortSignal } | undefined,
+): { id: string; timeoutMs: number | null; signal: AbortSignal | undefined } {
+  const idValue = typeof job === 'object' && job !== null && 'id' in job ? (job as { id: unknown }).id : job;
+  const id = requireJobId(idValue as string);
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['timeoutMs', 'signal'], 'options');
+  const timeoutMs = opts.timeoutMs === undefined ? null : requireMs(opts.timeoutMs, 'timeoutMs');
+  if (opts.signal !== undefined && !(opts.signal instanceof AbortSignal)) {
+    throw new ValidationError('signal', 'must be an AbortSignal (for example AbortSignal.timeout(5_000))');
+  }
+  return { id, timeoutMs, signal: opts.signal };
+}

@@ -32,6 +32,16 @@ export function notifyChannel(schema: string): string {
 }
 
 /**
+ * §9 the schema's channel for completion hints of waited-for jobs (`queue.waitFor`); the trigger
+ * of migration 12 derives the same name in SQL.
+ */
+export function finishedChannel(schema: string): string {
+  const channel = `skiplock-done:${schema}`;
+  if (Buffer.byteLength(channel) <= MAX_IDENTIFIER_BYTES) return channel;
+  return `skiplock-done:${createHash('sha256').update(schema).digest('hex').slice(0, 40)}`;
+}
+
+/**
  * Quotes a string literal the way PostgreSQL's quote_literal does (E'' form when it holds a
  * backslash), for the rare places SQL needs a name as text, e.g. `nextval('schema.seq')`.
  */

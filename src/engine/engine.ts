@@ -19,11 +19,12 @@ import { fromReadReplica } from '../db/replica-error.js';
 import { QueueClosedError, ValidationError } from '../errors.js';
 import { type MigrateResult, migrate } from '../migrations/migrate.js';
 import { JobStore, type LeaseRenewal } from '../store/job-store.js';
-import type { ClaimedJob, Lease } from '../types.js';
+import type { ClaimedJob, Job, Lease } from '../types.js';
 import { Completer } from './completer.js';
 import { Enqueuer } from './enqueuer.js';
 import { LimitedQueues } from './queues.js';
 import { type EngineSettings, engineSettings, type QueueOptions } from './settings.js';
+import { FinishWaiter } from './waiter.js';
 
 export class Engine {
   readonly settings: EngineSettings;
@@ -169,6 +170,23 @@ export class Engine {
     return this.store.admin.cancel(this.pool, id);
   }
 
+  /** §9 queue.waitFor's machinery, made on the first wait. */
+  private waiter: FinishWaiter | null = null;
+  /** §9 waitFor's re-read intervals (set by tests before the first wait; undefined: the defaults). */
+  waitTuning: { pollMs: number; safetyPollMs: number } | undefined;
+
+  /** §9 waits for job `id` to be done, dead or cancelled (see FinishWaiter). */
+  waitFor(id: string, timeoutMs: number | null, signal: AbortSignal | undefined): Promise<Job> {
+    this.assertOpen();
+    this.waiter ??= new FinishWaiter(this, this.settings.listen, this.waitTuning);
+    return this.waiter.wait(id, timeoutMs, signal);
+  }
+
+  /** Logs a failure that is retried on its own (`what` says what failed and what happens next). */
+  report(error: unknown, what: string): void {
+    this.settings.logger?.warn?.({ err: error, schema: this.schema }, `skiplock: ${what}`);
+  }
+
   /**
    * Sends a hint after a committed change (`what` names it in the log): a failure is logged,
    * never thrown — the change holds, and workers see it by their next poll.
@@ -268,6 +286,7 @@ export class Engine {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.waiter?.close(new QueueClosedError());
     await this.enqueuer.idle();
     await this.completer.idle();
     await Promise.all([this.pool.close(), this.readPool?.close()]);

@@ -48,6 +48,13 @@ export interface QueueOptions {
    */
   preparedStatements?: boolean;
   /**
+   * `queue.waitFor` learns of completions over LISTEN on a dedicated connection, opened while a
+   * wait is on (default true, false with `preparedStatements: false`). `false`: it re-reads the
+   * job every 500 ms instead — behind PgBouncer in transaction mode, which cannot deliver
+   * notifications.
+   */
+  listen?: boolean;
+  /**
    * Longest run of any one statement on Skiplock's pools, in ms (default 30 000). The server
    * cancels a statement that runs longer (`statement_timeout`: rolled back, so a failed call did
    * not happen), and the client gives up a second later whatever the network does, discarding
@@ -96,6 +103,7 @@ const QUEUE_OPTION_KEYS = [
   'logger',
   'batchEnqueue',
   'preparedStatements',
+  'listen',
   'statementTimeoutMs',
   'connectTimeoutMs',
   'retention',
@@ -114,6 +122,8 @@ export interface EngineSettings {
    * startup parameters such as `statement_timeout`, so the server-side bound is left out.
    */
   poolerMode: boolean;
+  /** §9 waitFor listens for completion hints (else it polls). */
+  listen: boolean;
   /** Timeouts of the pools Skiplock creates (SPEC §3: every statement has a timeout). */
   timeouts: { statementMs: number; connectMs: number };
   batchEnqueue: { maxBatch: number; maxConcurrent: number } | null;
@@ -137,6 +147,7 @@ export function engineSettings(opts: QueueOptions): EngineSettings {
       opts.stuckAfterMs === undefined ? 600_000 : requireInt(opts.stuckAfterMs, 'stuckAfterMs', 1),
     logger: opts.logger,
     poolerMode: false,
+    listen: true,
     timeouts: {
       statementMs:
         opts.statementTimeoutMs === undefined
@@ -155,6 +166,10 @@ export function engineSettings(opts: QueueOptions): EngineSettings {
     throw new ValidationError('preparedStatements', 'must be true or false');
   }
   settings.poolerMode = opts.preparedStatements === false;
+  if (opts.listen !== undefined && typeof opts.listen !== 'boolean') {
+    throw new ValidationError('listen', 'must be true or false');
+  }
+  settings.listen = opts.listen ?? !settings.poolerMode;
   return settings;
 }
 

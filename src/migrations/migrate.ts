@@ -11,6 +11,8 @@ import { queues } from './007-queues.js';
 import { dedupeWindows } from './008-dedupe-windows.js';
 import { groups } from './009-groups.js';
 import { pendingScope } from './010-pending-scope.js';
+import { progress } from './011-progress.js';
+import { waitHints } from './012-wait-hints.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -25,6 +27,8 @@ export const MIGRATIONS: readonly Migration[] = [
   dedupeWindows,
   groups,
   pendingScope,
+  progress,
+  waitHints,
 ];
 
 /** The schema version this package needs. */

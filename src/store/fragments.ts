@@ -16,13 +16,13 @@ export const JOB_COLUMNS =
   'attempts, max_attempts, ' +
   `${MS('run_after')}, ${MS('lease_until')}, worker_id, ${MS('run_started_at')}, timeout_ms, last_error, ` +
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
-  'claims::text AS claims, group_key';
+  'claims::text AS claims, group_key, progress';
 
 /** The output names of {@link JOB_COLUMNS}, for a statement that selects them from a CTE. */
 export const JOB_COLUMN_NAMES =
   'id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after, ' +
   'lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, created_at, ' +
-  'updated_at, attempted_by, claims, group_key';
+  'updated_at, attempted_by, claims, group_key, progress';
 
 /**
  * §8 scope 'pending': the key's queued job, found under the key's lock (`pending_holder`,

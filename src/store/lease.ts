@@ -66,6 +66,31 @@ export function leaseSql(s: string) {
       FROM held AS h LEFT JOIN renewed AS r ON r.id = h.id AND r.claims = h.token -- per claim, not per job`,
 
     /**
+     * §9 a handler's progress, for the lease's owner only (§1.2/§1.3), renewing the lease as the
+     * heartbeat does (§1.4 database time): the row lock this write holds for a moment may make a
+     * heartbeat skip the row, and this is that beat's renewal. The row is taken with SKIP LOCKED
+     * (a row locked by another transaction is not waited for; no row: busy or not the owner's —
+     * the caller keeps the value for its next write). Touches no indexed column and not
+     * updated_at (progress is not a transition). $5 progress (JSON text), $6 lease ms.
+     */
+    writeProgress: `
+      WITH locked AS MATERIALIZED (
+        SELECT id FROM ${jobs} WHERE ${LEASE_GUARD} FOR NO KEY UPDATE SKIP LOCKED
+      )
+      UPDATE ${jobs} AS j SET progress = $5::jsonb, lease_until = now() + $6::float8 * interval '1 millisecond'
+      FROM locked WHERE j.id = locked.id
+      RETURNING j.id`,
+
+    /**
+     * §9 the last progress of an attempt, before its outcome or inside its ctx.transaction
+     * (whose lock it then already holds): as writeProgress, but waits for the row (§1.2/§1.3).
+     */
+    writeProgressWaiting: `
+      UPDATE ${jobs} SET progress = $5::jsonb, lease_until = now() + $6::float8 * interval '1 millisecond'
+      WHERE ${LEASE_GUARD}
+      RETURNING id`,
+
+    /**
      * §1.5 recovery by lease ownership: only leases expired in database time (§1.4) are
      * reclaimed; SKIP LOCKED so concurrent reapers never block each other or an owner that is
      * finishing; the outer WHERE re-checks (§1.2). A crash spends the attempt (poison jobs die).
@@ -157,6 +182,22 @@ export class LeaseStatements extends StatementFamily<ReturnType<typeof leaseSql>
       const state = row?.renewed ? 'renewed' : row?.owned ? 'busy' : 'lost';
       return { state, cancelRequested: row?.cancel_requested === true };
     });
+  }
+
+  /**
+   * Stores a handler's progress under its lease and renews the lease; false when the lease is
+   * not the owner's, or (unless `wait`) when the row was locked by another transaction.
+   */
+  async writeProgress(
+    db: Executor,
+    lease: Lease,
+    progressJson: string,
+    leaseMs: number,
+    wait: boolean,
+  ): Promise<boolean> {
+    const text = wait ? this.sql.writeProgressWaiting : this.sql.writeProgress;
+    const rows = await this.run(db, text, [...leaseValues(lease), progressJson, leaseMs]);
+    return rows.length === 1;
   }
 
   async reap(db: Executor): Promise<string[]> {

@@ -41,6 +41,17 @@ export function observeSql(s: string) {
     get: `SELECT ${JOB_COLUMNS} FROM ${jobs} WHERE id = $1`,
 
     /**
+     * §9 waitFor: asks for a completion hint of a job that has not finished (migration 12's
+     * trigger sends it with the transition that finishes the job), and returns the job as this
+     * update left it. No row: finished already, hinted already, or no such job — the caller
+     * reads it. Touches no indexed column (a HOT update), once per job.
+     */
+    requestFinishHint: `
+      UPDATE ${jobs} SET wait_hint = true
+      WHERE id = $1 AND wait_hint IS NOT TRUE AND status NOT IN ('done', 'dead', 'cancelled')
+      RETURNING ${JOB_COLUMNS}`,
+
+    /**
      * §1.7 the active job holding a dedupe key (through the unique partial index); §8 else, for a
      * key of scope 'pending', its queued job (the one an enqueue would return), else its running
      * one — each through its own unique index, in that order.
@@ -224,6 +235,12 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
 
   async get(db: Executor, id: string): Promise<Job | null> {
     const rows = await this.run<JobRow>(db, this.sql.get, [id]);
+    return rows[0] ? toJob(rows[0]) : null;
+  }
+
+  /** §9 asks for `id`'s completion hint; the job as it is now, or null (see requestFinishHint). */
+  async requestFinishHint(db: Executor, id: string): Promise<Job | null> {
+    const rows = await this.run<JobRow>(db, this.sql.requestFinishHint, [id]);
     return rows[0] ? toJob(rows[0]) : null;
   }
 

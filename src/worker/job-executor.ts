@@ -24,6 +24,7 @@ import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
 import type { Handler, JobContext } from './options.js';
+import { ProgressWriter } from './progress.js';
 
 export interface ExecutorDeps {
   /** The queue's engine: every outcome is written by its completer. */
@@ -47,7 +48,7 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
   const settled: Promise<HandlerOutcome> =
     run.abortReason === 'cancel'
       ? Promise.resolve({ kind: 'error', error: run.signal.reason })
-      : callHandler(run, handler, deps.engine);
+      : callHandler(run, handler, deps);
   const outcome = await run.outcomeOf(settled);
   run.clearTimers();
   run.phase = 'writing';
@@ -63,10 +64,14 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
     if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
   }
   deps.onSettled();
+  // §9 the last progress reported goes in before the outcome (a runaway's never: it may go on)
+  if (outcome.kind !== 'abandoned' && !run.committed) await run.progressWriter?.finish();
+  else run.progressWriter?.close();
   await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 
-function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<HandlerOutcome> {
+function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<HandlerOutcome> {
+  const { engine } = deps;
   const ctx: JobContext = {
     job: run.job,
     // Made when first read: most handlers never look at it.
@@ -74,6 +79,14 @@ function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<Han
       return run.signal;
     },
     transaction: (fn) => completeInTransaction(run, engine, fn),
+    progress: (value) => {
+      const json = toJsonText(value, 'progress');
+      // a runaway (abandoned, or the worker stopped) or a lost lease: its reports go nowhere
+      if (run.phase !== 'running' || run.writesClosed || run.leaseExpired || run.abortReason === 'lost')
+        return;
+      run.progressWriter ??= progressWriter(run, deps);
+      run.progressWriter.report(json);
+    },
   };
   return (async (): Promise<HandlerOutcome> => {
     try {
@@ -83,6 +96,32 @@ function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<Han
       return run.committed ? { kind: 'committed', value: run.committed.value } : { kind: 'error', error };
     }
   })();
+}
+
+/** §9 whether ctx.progress may write now: the lease held, no ctx.transaction open. */
+function progressWritable(run: JobRun): boolean {
+  return (
+    !run.writesClosed &&
+    !run.leaseExpired &&
+    run.abortReason !== 'lost' &&
+    run.transaction === 'none' &&
+    !run.committed &&
+    run.phase !== 'finished'
+  );
+}
+
+function progressWriter(run: JobRun, deps: ExecutorDeps): ProgressWriter {
+  const { store, pool } = deps.engine;
+  return new ProgressWriter({
+    write: async (json, wait) => {
+      const sentAt = performance.now();
+      const stored = await store.lease.writeProgress(pool, run.job, json, run.leaseMs, wait);
+      if (stored) run.armLease(sentAt); // it renewed the lease too
+      return stored;
+    },
+    writable: () => progressWritable(run),
+    onError: (error) => deps.onError(error, `writing the progress of job ${run.job.id}`),
+  });
 }
 
 /**
@@ -120,6 +159,7 @@ async function completeInTransaction<T>(
       run.revertToConfirmed();
     };
     session.on?.('error', onSessionError);
+    let lastProgress: string | null = null;
     try {
       await statement(session, 'BEGIN', markBroken);
       let result: T;
@@ -132,9 +172,16 @@ async function completeInTransaction<T>(
         result = await fn(session as unknown as pg.PoolClient);
         assertOwned(run); // deadline, cancel, lost or stop while fn ran: roll back
         const resultJson = toJsonText(result, 'result');
+        // §9 the latest progress commits with the completion (the row is locked: nothing else
+        // could write it meanwhile)
+        lastProgress = run.progressWriter?.take() ?? null;
+        if (lastProgress !== null) {
+          await store.lease.writeProgress(session, run.job, lastProgress, run.leaseMs, true);
+        }
         if (!(await completer.complete(run.job, resultJson, session))) throw new LeaseLostError(run.job.id);
         assertOwned(run);
       } catch (error) {
+        run.progressWriter?.restore(lastProgress);
         await rollBack(run, session, store, markBroken);
         throw error;
       }

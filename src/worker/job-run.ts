@@ -18,6 +18,7 @@
 import { performance } from 'node:perf_hooks';
 import { JobCancelledError, JobDeadlineExceeded, LeaseLostError, WorkerStoppingError } from '../errors.js';
 import type { ClaimedJob } from '../types.js';
+import type { ProgressWriter } from './progress.js';
 
 export type AbortReason = 'deadline' | 'cancel' | 'lost' | 'shutdown';
 export type RunPhase = 'held' | 'running' | 'writing' | 'finished';
@@ -315,10 +316,14 @@ export class JobRun {
     this.graceTimer = null;
   }
 
+  /** §9 ctx.progress's writer, made on the handler's first report. */
+  progressWriter: ProgressWriter | null = null;
+
   /** The run is over: no timer of it is left. */
   finish(): void {
     this.phase = 'finished';
     this.clearTimers();
+    this.progressWriter?.close();
   }
 
   private reasonError(reason: AbortReason): Error {

@@ -29,6 +29,15 @@ export interface JobContext<P = unknown> {
    * exactly once even if the worker crashes at the worst moment. Call it at most once.
    */
   transaction<T>(fn: (client: import('pg').PoolClient) => Promise<T>): Promise<T>;
+  /**
+   * Reports progress (any JSON value): stored on the job, shown by `get`, the API and the
+   * dashboard, kept after the job finishes (SPEC §9). The first report of an attempt is written
+   * at once, later ones coalesced (at most four writes a second, the latest value wins); the
+   * last one is written before the job's outcome (inside ctx.transaction: with the completion).
+   * Each write renews the lease. Returns at once (nothing to await); a value JSON cannot hold
+   * throws a ValidationError. A runaway's reports (abandoned, stopped, lease lost) are dropped.
+   */
+  progress(value: unknown): void;
 }
 
 /** A task's handler. Its return value becomes the job's `result` (it must be JSON-serialisable). */

@@ -424,6 +424,11 @@ function renderDetail(job) {
     dl,
     ...block('Payload', JSON.stringify(job.payload, null, 2), 'detail-payload'),
     ...block('Result', job.result === null ? '—' : JSON.stringify(job.result, null, 2), 'detail-result'),
+    ...block(
+      'Progress',
+      job.progress === null || job.progress === undefined ? '—' : JSON.stringify(job.progress, null, 2),
+      'detail-progress',
+    ),
     ...block('Last error', job.lastError ?? '—', 'detail-error'),
   );
   $('detail').dataset.status = job.status;
