@@ -109,17 +109,25 @@ The first SIGINT/SIGTERM stops gracefully (running jobs finish, or are released 
         listen: flags.listen,
       });
       report(worker, options.verbose === true);
+      // Listening before start(): a signal while it starts (its first jobs may already run, or
+      // it may still be waiting for the database) stops the worker gracefully at once — stop()
+      // ends start()'s wait — instead of Node's default exit that leaves started jobs to their
+      // leases' expiry.
+      const signals = untilSignal(worker, flags.stopTimeoutMs);
       try {
         await worker.start();
       } catch (error) {
+        signals.dispose();
         await queue.close();
         throw error;
       }
-      const names = (Array.isArray(tasks) ? tasks.map((task) => task.name) : Object.keys(tasks)).join(', ');
-      process.stdout.write(
-        `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}${preparedStatements ? '' : '; no prepared statements'}\n`,
-      );
-      await untilSignal(worker, flags.stopTimeoutMs);
+      if (!signals.received()) {
+        const names = (Array.isArray(tasks) ? tasks.map((task) => task.name) : Object.keys(tasks)).join(', ');
+        process.stdout.write(
+          `skiplock worker ${worker.workerId} started: tasks ${names}; concurrency ${flags.concurrency ?? 10}; schema "${options.schema}"; ${flags.listen ? 'LISTEN' : 'polling'}${preparedStatements ? '' : '; no prepared statements'}\n`,
+        );
+      }
+      await signals.stopped;
       await queue.close();
       const stats = worker.stats();
       process.stdout.write(
@@ -207,11 +215,22 @@ function report(worker: Worker, verbose: boolean): void {
   worker.on('job:released', ({ job }) => line(`release ${job.task} #${job.id}`));
 }
 
-/** Resolves after a graceful stop on the first SIGINT/SIGTERM; a second one exits at once. */
-function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let first = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
+/**
+ * Stops the worker gracefully on the first SIGINT/SIGTERM (`stopped` resolves after it); a second
+ * one exits at once. `dispose` removes the handlers (the worker never started).
+ */
+function untilSignal(
+  worker: Worker,
+  stopTimeoutMs: number,
+): { stopped: Promise<void>; received(): boolean; dispose(): void } {
+  let first = 0;
+  let onSignal: (signal: NodeJS.Signals) => void = () => undefined;
+  const dispose = () => {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  };
+  const stopped = new Promise<void>((resolve, reject) => {
+    onSignal = (signal: NodeJS.Signals) => {
       // tsx and npm relay the terminal's Ctrl-C, so one keypress can arrive twice at once.
       if (first && Date.now() - first < SIGNAL_ECHO_MS) return;
       if (first) {
@@ -221,14 +240,14 @@ function untilSignal(worker: Worker, stopTimeoutMs: number): Promise<void> {
       first = Date.now();
       process.stderr.write(`skiplock worker: ${signal}, stopping (again to exit at once)\n`);
       worker.stop({ timeoutMs: stopTimeoutMs }).then(() => {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
+        dispose();
         resolve();
       }, reject);
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
   });
+  return { stopped, received: () => first !== 0, dispose };
 }
 
 function positiveInt(value: string): number {

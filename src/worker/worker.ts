@@ -218,6 +218,8 @@ export class Worker extends EventEmitter {
     this.state = 'running';
     try {
       await this.listener?.start();
+      // stop() meanwhile: its drain has run (or is running) — start nothing it would not stop
+      if (this.state !== 'running') return;
       this.keeper.start();
       this.reaper.start();
       this.pruner?.start();

@@ -206,6 +206,25 @@ describe.concurrent('long-running commands', { timeout: 120_000 }, () => {
     expect((await jobsOf('cli-loud')).every((j) => j.worker_id === loudId)).toBe(true);
   });
 
+  test('worker: a SIGTERM while it starts (its first jobs already running) stops it gracefully', async () => {
+    // Before: the signal handlers came after start() resolved, so Node's default killed the
+    // process (exit 143) and left the started job running until its lease expired.
+    const { id } = await queue.enqueue('cli.slow', null, { queue: 'cli-early' });
+    const worker = start([
+      'worker',
+      '--tasks',
+      'test/cli/fixtures/slow-task.ts',
+      '--queues',
+      'cli-early',
+      '--verbose',
+    ]);
+    await worker.waitFor(/ start {2}cli\.slow /, 'stderr');
+    worker.child.kill('SIGTERM');
+    expect(await worker.exited, worker.stderr()).toEqual({ code: 0, signal: null });
+    expect(worker.stderr()).toMatch(/SIGTERM, stopping/);
+    expect((await jobsOf('cli-early')).find((j) => j.id === id)?.status).toBe('done');
+  });
+
   test('worker --tasks with defined tasks (SPEC §9): found by their exports; a payload that fails its schema goes dead', async () => {
     const worker = start(['worker', '--tasks', 'test/cli/fixtures/typed-tasks.ts', '--queues', 'cli-typed']);
     // (a module namespace lists its exports in name order: other, typed)

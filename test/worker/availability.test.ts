@@ -22,6 +22,44 @@ import { gate, nextEvent, startWorker, within } from './helpers.js';
 const db = useTestDatabase();
 
 describe('an unavailable database', () => {
+  test('stop() while start() waits for its LISTEN connection: start() resolves; nothing of the worker runs after (no claim, no reaper)', async () => {
+    // Before the fix start() went on after the stop's drain had run: it started the heartbeat,
+    // reaper and claim loop of a stopped worker (its timers kept the process alive — the CLI
+    // worker hung on a SIGTERM during startup — and it claimed jobs after stop()).
+    const target = new URL(db.url);
+    const proxy = await startTcpProxy(Number(target.port || 5432), target.hostname);
+    try {
+      proxy.silenceWhen = /LISTEN/; // the LISTEN connection hangs; the pool's work
+      const queue = new Queue({
+        connectionString: proxy.url(db.url),
+        schema: TEST_SCHEMA,
+        connectTimeoutMs: 3_000,
+      });
+      const worker = db.worker({
+        queue,
+        tasks: { 'avail.early-stop': () => 'ran' },
+        pollIntervalMs: 100,
+        reapIntervalMs: 100,
+      });
+      const starting = worker.start().catch(() => undefined);
+      await sleep(300);
+      await within(worker.stop(), 10_000, 'stop() during start()');
+      await within(starting, 10_000, 'start() after stop()');
+      const other = db.queue();
+      const { id } = await other.enqueue('avail.early-stop', {});
+      // a crashed worker's job: only a running reaper would take it back
+      const { id: crashed } = await other.enqueue('avail.crashed', {});
+      await other.claim('crashed-worker', { tasks: ['avail.crashed'] });
+      await db.expireLease(crashed);
+      await sleep(1_000);
+      expect((await other.get(id))?.status).toBe('pending');
+      expect((await other.get(crashed))?.status).toBe('running');
+      expect(worker.stats().done).toBe(0);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   test('start() waits for a database that is not up yet, then works', async () => {
     const port = await freePort();
     const target = new URL(db.url);
