@@ -206,12 +206,18 @@ function report(worker: Worker, verbose: boolean): void {
   worker.on('job:runaway', ({ job, reason, graceMs }) =>
     line(`runaway ${job.task} #${job.id}: ignored its ${reason} abort for ${graceMs} ms; slot freed`),
   );
+  worker.on('job:cancelled', ({ job, reason, error }) => {
+    if (reason === 'superseded') {
+      line(
+        `superseded ${job.task} #${job.id} attempt ${job.attempt}/${job.maxAttempts}: ${firstLine(error)}; the key's queued job takes the retry over`,
+      );
+    } else if (verbose) line(`cancel ${job.task} #${job.id}`);
+  });
   worker.on('warning', ({ message }) => line(`warning ${message}`));
   worker.on('error', ({ error, during }) => line(`error  ${during}: ${error.message}`));
   if (!verbose) return;
   worker.on('job:start', ({ job }) => line(`start  ${job.task} #${job.id} attempt ${job.attempt}`));
   worker.on('job:done', ({ job, durationMs }) => line(`done   ${job.task} #${job.id} in ${durationMs} ms`));
-  worker.on('job:cancelled', ({ job }) => line(`cancel ${job.task} #${job.id}`));
   worker.on('job:released', ({ job }) => line(`release ${job.task} #${job.id}`));
 }
 

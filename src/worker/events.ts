@@ -10,8 +10,12 @@ export interface WorkerEvents {
   'job:retry': { job: ClaimedJob; error: unknown; retryInMs: number; durationMs: number };
   /** The attempt failed and no attempts are left: the job is dead (dead-letter). */
   'job:dead': { job: ClaimedJob; error: unknown; durationMs: number };
-  /** The job was cancelled while it ran (`queue.cancel(id)`), and its handler was aborted. */
-  'job:cancelled': { job: ClaimedJob; durationMs: number };
+  /**
+   * The job ended cancelled. `reason` 'cancel': `queue.cancel(id)` while it ran (its handler was
+   * aborted). 'superseded' (§8 `dedupe: { scope: 'pending' }`): its attempt failed (`error`) and
+   * the key already had a queued job, which takes the retry over.
+   */
+  'job:cancelled': { job: ClaimedJob; durationMs: number; reason: 'cancel' | 'superseded'; error?: unknown };
   /**
    * Given back without spending the attempt: claimed while the worker was stopping (never
    * started), or aborted by stop() past its timeout and settled within the grace period.

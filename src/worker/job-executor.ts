@@ -279,7 +279,7 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   }
   if (run.abortReason === 'cancel') {
     const ok = await persist(run, deps, 'recording a cancellation', () => completer.cancel(job));
-    if (ok) deps.emit('job:cancelled', { job, durationMs });
+    if (ok) deps.emit('job:cancelled', { job, durationMs, reason: 'cancel' });
     else if (ok === false) deps.emit('lease:lost', { job });
     return;
   }
@@ -313,7 +313,7 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
   } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
-  else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs });
+  else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs, reason: 'superseded', error });
   else if (status === null) deps.emit('lease:lost', { job });
 }
 

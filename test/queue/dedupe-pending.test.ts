@@ -322,6 +322,33 @@ describe('workers', () => {
     await worker.stop();
   });
 
+  test("a worker's attempt that fails while the key's next job is queued: job:cancelled with reason 'superseded' and the error", async () => {
+    let enqueueNext!: () => Promise<void>;
+    const worker = db.worker({
+      queue: db.queue({ poolSize: 4 }),
+      pollIntervalMs: 100,
+      tasks: {
+        'dp.superseded': async (payload: unknown) => {
+          if (payload === 'a') {
+            await enqueueNext();
+            throw new Error('boom in a');
+          }
+        },
+      },
+    });
+    enqueueNext = async () => {
+      await queue.enqueue('dp.superseded', 'b', { dedupeKey: 'sup:1', dedupe: PENDING });
+    };
+    const events: { id: string; reason: string; error: unknown }[] = [];
+    worker.on('job:cancelled', ({ job, reason, error }) => events.push({ id: job.id, reason, error }));
+    const a = await queue.enqueue('dp.superseded', 'a', { dedupeKey: 'sup:1', dedupe: PENDING });
+    await worker.start();
+    await expect.poll(() => events.length, { timeout: 5_000 }).toBe(1);
+    await worker.stop();
+    expect(events[0]).toMatchObject({ id: a.id, reason: 'superseded' });
+    expect((events[0]?.error as Error).message).toBe('boom in a');
+  });
+
   test('4 workers, failing handlers and a producer racing on 6 keys: never two jobs of a key at once, no write fails', async () => {
     const keys = Array.from({ length: 6 }, (_, i) => `race:${i}`);
     const running = new Map<string, string>();

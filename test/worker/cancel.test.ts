@@ -43,7 +43,7 @@ describe('cancelling a running job', () => {
     const why = await within(reason.promise, 3_000, 'the handler was aborted');
     expect(why).toBeInstanceOf(JobCancelledError);
     expect((why as JobCancelledError).code).toBe('ERR_JOB_CANCELLED');
-    expect((await cancelled).job.id).toBe(id);
+    expect(await cancelled).toMatchObject({ job: { id }, reason: 'cancel' });
     expect(await queue.get(id)).toMatchObject({ status: 'cancelled', result: null, leaseUntil: null });
     expect(worker.stats()).toMatchObject({ cancelled: 1, done: 0 });
     await worker.stop();
