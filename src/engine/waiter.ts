@@ -28,6 +28,8 @@ export const SAFETY_POLL_MS = 5_000;
 
 interface Waiter {
   readonly id: string;
+  /** Its completion hint is set (until then it is polled, and the hint asked for again). */
+  hinted: boolean;
   /** A read in flight, and whether another was asked for meanwhile. */
   reading: Promise<void> | null;
   again: boolean;
@@ -58,7 +60,7 @@ export class FinishWaiter {
     signal?.throwIfAborted();
     let waiter!: Waiter;
     const done = new Promise<Job>((resolve, reject) => {
-      waiter = { id, reading: null, again: false, settled: false, resolve, reject };
+      waiter = { id, hinted: false, reading: null, again: false, settled: false, resolve, reject };
     });
     done.catch(() => undefined); // settled before it is awaited (a read racing the first look)
     const onAbort = () => this.settle(waiter, { error: signal?.reason });
@@ -70,10 +72,7 @@ export class FinishWaiter {
     this.add(waiter);
     try {
       await this.ensureListening();
-      if (!waiter.settled) await this.first(waiter);
-      return await done;
-    } catch (error) {
-      this.settle(waiter, { error });
+      if (!waiter.settled) this.check(waiter);
       return await done;
     } finally {
       clearTimeout(timer);
@@ -89,16 +88,6 @@ export class FinishWaiter {
     await this.stopListening();
   }
 
-  /** The first look: asks for the hint (a job not finished yet), else reads the row. */
-  private async first(waiter: Waiter): Promise<void> {
-    const { store, pool } = this.engine;
-    const hinted = await store.observe.requestFinishHint(pool, waiter.id);
-    if (hinted !== null) return; // not finished; its completion will say so
-    const job = await store.observe.get(pool, waiter.id);
-    if (job === null) throw new NotFoundError(`Job ${waiter.id} does not exist`);
-    if (FINISHED.has(job.status)) this.settle(waiter, { job });
-  }
-
   /** Reads the row again (one read at a time per waiter; a request meanwhile reads once more). */
   private check(waiter: Waiter): void {
     if (waiter.settled) return;
@@ -110,11 +99,13 @@ export class FinishWaiter {
       do {
         waiter.again = false;
         try {
-          const job = await this.engine.store.observe.get(this.engine.pool, waiter.id);
+          const job = await this.read(waiter);
           if (job === null) {
             this.settle(waiter, {
               error: new NotFoundError(
-                `Job ${waiter.id} no longer exists: it was deleted before it was seen finished (retention: { completed: 'delete' }, prune, or a manual DELETE)`,
+                waiter.hinted
+                  ? `Job ${waiter.id} no longer exists: it was deleted before it was seen finished (retention: { completed: 'delete' }, prune, or a manual DELETE)`
+                  : `Job ${waiter.id} does not exist`,
               ),
             });
           } else if (FINISHED.has(job.status)) this.settle(waiter, { job });
@@ -129,6 +120,21 @@ export class FinishWaiter {
     })().finally(() => {
       waiter.reading = null;
     });
+  }
+
+  /**
+   * The row as it is now; until the waiter's hint is set, asks for it in the same statement
+   * (never waiting for the row: a locked row is asked again on the next poll).
+   */
+  private async read(waiter: Waiter): Promise<Job | null> {
+    const { store, pool } = this.engine;
+    if (waiter.hinted) return store.observe.get(pool, waiter.id);
+    const found = await store.observe.requestFinishHint(pool, waiter.id);
+    if (found?.hinted) {
+      waiter.hinted = true;
+      this.schedulePoll();
+    }
+    return found?.job ?? null;
   }
 
   private async timedOut(waiter: Waiter, timeoutMs: number): Promise<void> {
@@ -211,17 +217,23 @@ export class FinishWaiter {
     await listener?.stop();
   }
 
-  /** Polls at the rate LISTEN's state calls for (none without waiters). */
+  /** The poll interval now: short while LISTEN is unavailable or a waiter's hint is not set yet. */
+  private pollInterval(): number {
+    if (!this.listener?.listening) return this.tuning.pollMs;
+    for (const set of this.waiters.values())
+      for (const waiter of set) if (!waiter.hinted) return this.tuning.pollMs;
+    return this.tuning.safetyPollMs;
+  }
+
+  /** Polls at the rate LISTEN's state and the waiters call for (none without waiters). */
   private schedulePoll(): void {
     if (this.waiters.size === 0) return;
-    const every = this.listener?.listening ? this.tuning.safetyPollMs : this.tuning.pollMs;
+    const every = this.pollInterval();
     if (this.poller && this.pollEvery === every) return;
     if (this.poller) clearInterval(this.poller);
     this.pollEvery = every;
     this.poller = setInterval(() => {
-      if ((this.listener?.listening ? this.tuning.safetyPollMs : this.tuning.pollMs) !== this.pollEvery) {
-        this.schedulePoll();
-      }
+      if (this.pollInterval() !== this.pollEvery) this.schedulePoll();
       this.checkAll();
     }, every); // not unref'd: a caller waiting for a job keeps the process alive
   }

@@ -42,14 +42,25 @@ export function observeSql(s: string) {
 
     /**
      * §9 waitFor: asks for a completion hint of a job that has not finished (migration 12's
-     * trigger sends it with the transition that finishes the job), and returns the job as this
-     * update left it. No row: finished already, hinted already, or no such job — the caller
-     * reads it. Touches no indexed column (a HOT update), once per job.
+     * trigger sends it with the transition that finishes the job) and returns the job with
+     * `hinted`: whether its hint is now set. The row is taken with SKIP LOCKED, never waited for:
+     * a job's own ctx.transaction can hold it for long, and a waiter must not hold a pooled
+     * connection meanwhile (nor starve the heartbeat of one). A row skipped comes back from the
+     * statement's snapshot with `hinted` false: the caller reads it again and asks again. No
+     * row: no such job.
      */
     requestFinishHint: `
-      UPDATE ${jobs} SET wait_hint = true
-      WHERE id = $1 AND wait_hint IS NOT TRUE AND status NOT IN ('done', 'dead', 'cancelled')
-      RETURNING ${JOB_COLUMNS}`,
+      WITH hinted AS (
+        UPDATE ${jobs} SET wait_hint = true
+        WHERE id = (SELECT id FROM ${jobs}
+                    WHERE id = $1 AND wait_hint IS NOT TRUE AND status NOT IN ('done', 'dead', 'cancelled')
+                    FOR NO KEY UPDATE SKIP LOCKED)
+        RETURNING ${JOB_COLUMNS}, true AS hinted
+      )
+      SELECT * FROM hinted
+      UNION ALL
+      SELECT ${JOB_COLUMNS}, coalesce(wait_hint, false) AS hinted FROM ${jobs}
+      WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM hinted)`,
 
     /**
      * §1.7 the active job holding a dedupe key (through the unique partial index); §8 else, for a
@@ -238,10 +249,13 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
     return rows[0] ? toJob(rows[0]) : null;
   }
 
-  /** §9 asks for `id`'s completion hint; the job as it is now, or null (see requestFinishHint). */
-  async requestFinishHint(db: Executor, id: string): Promise<Job | null> {
-    const rows = await this.run<JobRow>(db, this.sql.requestFinishHint, [id]);
-    return rows[0] ? toJob(rows[0]) : null;
+  /**
+   * §9 asks for `id`'s completion hint: the job, and whether its hint is set (false: its row was
+   * locked; ask again), or null when there is no such job (see requestFinishHint).
+   */
+  async requestFinishHint(db: Executor, id: string): Promise<{ job: Job; hinted: boolean } | null> {
+    const rows = await this.run<JobRow & { hinted: boolean }>(db, this.sql.requestFinishHint, [id]);
+    return rows[0] ? { job: toJob(rows[0]), hinted: rows[0].hinted === true } : null;
   }
 
   async findActive(db: Executor, dedupeKey: string): Promise<Job | null> {

@@ -116,7 +116,7 @@ function progressWriter(run: JobRun, deps: ExecutorDeps): ProgressWriter {
     write: async (json, wait) => {
       const sentAt = performance.now();
       const stored = await store.lease.writeProgress(pool, run.job, json, run.leaseMs, wait);
-      if (stored) run.armLease(sentAt); // it renewed the lease too
+      if (stored && !run.writesClosed) run.armLease(sentAt); // it renewed the lease too
       return stored;
     },
     writable: () => progressWritable(run),
@@ -313,7 +313,8 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
   } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
-  else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs, reason: 'superseded', error });
+  else if (status === 'cancelled')
+    deps.emit('job:cancelled', { job, durationMs, reason: 'superseded', error });
   else if (status === null) deps.emit('lease:lost', { job });
 }
 

@@ -357,6 +357,7 @@ export class JobRun {
   /** Nothing more is written for this run (stop() gives up; the reaper recovers the job). */
   closeWrites(): void {
     this.writesClosed = true;
+    this.progressWriter?.close();
     if (this.sleeper) {
       clearTimeout(this.sleeper.timer);
       this.sleeper.resolve();

@@ -18,6 +18,8 @@ import { performance } from 'node:perf_hooks';
 
 /** Shortest time between two progress writes of one job. */
 export const PROGRESS_INTERVAL_MS = 250;
+/** Extra wait before the next write after a failed one. */
+const ERROR_PAUSE_MS = 1_750;
 
 export interface ProgressSink {
   /**
@@ -34,6 +36,8 @@ export class ProgressWriter {
   private pending: string | null = null;
   /** Counts reports: a failed write gives its value back only if no newer one came since. */
   private reports = 0;
+  /** The write in flight (its value is still the latest unless a report came since). */
+  private inFlight: { json: string; reports: number } | null = null;
   private loop: Promise<void> | null = null;
   private lastAt = Number.NEGATIVE_INFINITY;
   private closed = false;
@@ -51,10 +55,15 @@ export class ProgressWriter {
     });
   }
 
-  /** Takes the value not yet written (ctx.transaction writes it in its own transaction). */
+  /**
+   * Takes the latest value not known to be written — the pending one, else the one of a write
+   * still in flight (which may yet find the row completed) — for ctx.transaction to write in its
+   * own transaction.
+   */
   take(): string | null {
-    const json = this.pending;
+    const json = this.pending ?? this.inFlight?.json ?? null;
     this.pending = null;
+    this.inFlight = null; // taken: its failure gives nothing back
     return json;
   }
 
@@ -72,8 +81,16 @@ export class ProgressWriter {
     this.closed = true;
     this.wakeUp();
     await this.loop;
-    const last = this.take();
-    if (last !== null && this.sink.writable()) await this.attempt(last, true);
+    const last = this.pending;
+    this.pending = null;
+    if (last === null || !this.sink.writable()) return;
+    // one retry: the outcome comes next, and this is the value the job keeps
+    if (!(await this.attempt(last, true)) && this.sink.writable()) await this.attempt(last, true);
+  }
+
+  /** Resolves when no write of this writer is in flight any more (stop() waits for it). */
+  async idle(): Promise<void> {
+    await this.loop;
   }
 
   /** Stops: nothing more is written (a write in flight completes on its own). */
@@ -90,22 +107,26 @@ export class ProgressWriter {
         await this.sleep(wait);
         continue; // closed, or the run changed while asleep: look again
       }
-      const json = this.pending;
-      const reports = this.reports;
+      const flight = { json: this.pending, reports: this.reports };
       this.pending = null;
+      this.inFlight = flight;
       this.lastAt = performance.now();
-      const stored = await this.attempt(json, false);
-      // busy: keep it for the next write unless a newer value came (or was taken)
-      if (!stored && this.reports === reports) this.pending = json;
+      const stored = await this.attempt(flight.json, false);
+      if (this.inFlight !== flight) continue; // taken by ctx.transaction meanwhile
+      this.inFlight = null;
+      // busy, or failed: keep it for the next write unless a newer value came
+      if (!stored && this.reports === flight.reports) this.pending = flight.json;
     }
   }
 
+  /** One write; false when it did not store the value (busy, lease gone, or failed: reported). */
   private async attempt(json: string, wait: boolean): Promise<boolean> {
     try {
       return await this.sink.write(json, wait);
     } catch (error) {
       this.sink.onError(error);
-      return true; // reported; the next report writes again
+      this.lastAt = performance.now() + ERROR_PAUSE_MS; // the database is away: not every 250 ms
+      return false;
     }
   }
 

@@ -318,6 +318,8 @@ export class Worker extends EventEmitter {
     for (const run of runs.values()) run.closeWrites();
     for (const run of runaways) run.closeWrites();
     await Promise.all([...runaways].map((run) => run.inFlight?.catch(() => undefined)));
+    // §9 a progress write in flight renews the lease: none may land after stop() resolves
+    await Promise.all([...runs.values(), ...runaways].map((run) => run.progressWriter?.idle()));
     await this.shutdown();
     this.state = 'stopped';
     this.settings.logger?.info?.({ workerId: this.workerId, ...this.counters }, 'skiplock worker stopped');

@@ -12,7 +12,8 @@
  * Deliberate breaks seen failing: the trigger's WHEN made false (the hint test hung to its
  * bound); no re-read on (re)connection (the killed-LISTEN test hung); no final read on timeout
  * (the job finished in the last moment was reported as a timeout); `listen: false` without
- * polling (hung).
+ * polling (hung); the hint request waiting for the row lock (two waits on a job inside a long
+ * ctx.transaction starved a pool of 3 and the job lost its lease).
  */
 import { describe, expect, test } from 'vitest';
 import { engineOf } from '../../src/engine/engine.js';
@@ -200,5 +201,57 @@ describe('queue.waitFor', () => {
       lease.id,
     ]);
     expect(row?.h).toBeNull();
+  });
+
+  test('waits on a job inside its own long ctx.transaction neither block nor cost it its lease', async () => {
+    // Before: the hint request waited for the row lock, holding a pooled connection — two
+    // waits on a pool of 3 starved the heartbeat, and the job lost its lease mid-transaction.
+    const queue = db.queue({ poolSize: 3 });
+    const { id } = await queue.enqueue('wait.in-tx', null, { timeoutMs: 20_000 });
+    let entered!: () => void;
+    const inTransaction = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    const lost: string[] = [];
+    const worker = db.worker({
+      queue,
+      pollIntervalMs: 100,
+      leaseMs: 1_500,
+      tasks: {
+        'wait.in-tx': async (_payload: unknown, ctx: { transaction<T>(fn: () => Promise<T>): Promise<T> }) =>
+          ctx.transaction(async () => {
+            entered();
+            await sleep(3_000);
+            return 'ok';
+          }),
+      },
+    });
+    worker.on('lease:lost', ({ job }) => lost.push(job.id));
+    await worker.start();
+    await inTransaction;
+    const waits = [queue.waitFor(id, { timeoutMs: 10_000 }), queue.waitFor(id, { timeoutMs: 10_000 })];
+    const jobs = await within(12_000, Promise.all(waits));
+    await worker.stop();
+    expect(lost).toEqual([]);
+    expect(jobs.map((job) => job.status)).toEqual(['done', 'done']);
+  });
+
+  test('a failed first look does not end the wait: it reads again', async () => {
+    const queue = db.queue();
+    const { store } = engineOf(queue);
+    const original = store.observe.requestFinishHint.bind(store.observe);
+    let failed = false;
+    store.observe.requestFinishHint = async (dbx, id) => {
+      if (!failed) {
+        failed = true;
+        throw new Error('Connection terminated unexpectedly');
+      }
+      return original(dbx, id);
+    };
+    const lease = await claimOne(queue, 'wait.first-fails');
+    const waiting = queue.waitFor(lease.id);
+    await sleep(100);
+    await queue.complete(lease, 1);
+    expect((await within(5_000, waiting)).status).toBe('done');
   });
 });

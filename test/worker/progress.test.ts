@@ -11,7 +11,10 @@
  * Deliberate breaks seen failing: no flush before the outcome (the finished job kept an older
  * value); no coalescing (a write per report: they overlapped, and the job ended with an older
  * value than the last); writeProgress not renewing lease_until (the lease test); ctx.transaction
- * not taking the unwritten value (the transaction test kept 1).
+ * not taking the unwritten value (the transaction test kept 1). From a review: a value whose
+ * coalesced write was still in flight when ctx.transaction began was lost; a failed write
+ * dropped its value; a write in flight when stop() was called renewed the lease after stop()
+ * resolved — each test below failed before its fix.
  */
 import { describe, expect, test } from 'vitest';
 import { engineOf } from '../../src/engine/engine.js';
@@ -219,5 +222,115 @@ describe('ctx.progress', () => {
     await expect.poll(async () => (await queue.get(id))?.status, { timeout: 5_000 }).toBe('dead');
     await worker.stop();
     expect((await queue.get(id))?.lastError).toMatch(/^ValidationError: progress: must be JSON-serialisable/);
+  });
+
+  test('a value whose write is still in flight when ctx.transaction starts commits with the completion', async () => {
+    const queue = db.queue();
+    const { store } = engineOf(queue);
+    const original = store.lease.writeProgress.bind(store.lease);
+    // the coalesced write is slow to get through (a busy pool, a slow network)
+    store.lease.writeProgress = async (dbx, lease, json, ms, wait) => {
+      if (!wait) await sleep(300);
+      return original(dbx, lease, json, ms, wait);
+    };
+    const { id } = await queue.enqueue('progress.inflight', null);
+    const worker = db.worker({
+      queue,
+      pollIntervalMs: 100,
+      tasks: {
+        'progress.inflight': async (
+          _payload: unknown,
+          ctx: { progress(value: unknown): void; transaction<T>(fn: () => Promise<T>): Promise<T> },
+        ) => {
+          ctx.progress({ pct: 100 });
+          return ctx.transaction(async () => 'r');
+        },
+      },
+    });
+    await worker.start();
+    await expect.poll(async () => (await queue.get(id))?.status, { timeout: 5_000 }).toBe('done');
+    await sleep(500);
+    await worker.stop();
+    expect((await queue.get(id))?.progress).toEqual({ pct: 100 });
+  });
+
+  test('a failed write keeps its value: the last one is still written before the outcome', async () => {
+    const queue = db.queue();
+    const { store } = engineOf(queue);
+    const original = store.lease.writeProgress.bind(store.lease);
+    let failed = false;
+    store.lease.writeProgress = async (dbx, lease, json, ms, wait) => {
+      if (!failed) {
+        failed = true;
+        throw new Error('Connection terminated unexpectedly');
+      }
+      return original(dbx, lease, json, ms, wait);
+    };
+    const { id } = await queue.enqueue('progress.failed-write', null);
+    const errors: string[] = [];
+    const worker = db.worker({
+      queue,
+      pollIntervalMs: 100,
+      tasks: {
+        'progress.failed-write': async (_payload: unknown, ctx: { progress(value: unknown): void }) => {
+          ctx.progress('final');
+          await sleep(100);
+          return 'ok';
+        },
+      },
+    });
+    worker.on('error', ({ during }) => errors.push(during));
+    await worker.start();
+    await expect.poll(async () => (await queue.get(id))?.status, { timeout: 5_000 }).toBe('done');
+    await worker.stop();
+    expect((await queue.get(id))?.progress).toBe('final');
+    expect(errors).toEqual([`writing the progress of job ${id}`]);
+  });
+
+  test('a progress write in flight when stop() is called lands before stop() resolves, never after', async () => {
+    const queue = db.queue();
+    const { store } = engineOf(queue);
+    const original = store.lease.writeProgress.bind(store.lease);
+    let stopping = false;
+    store.lease.writeProgress = async (dbx, lease, json, ms, wait) => {
+      while (!stopping) await sleep(20); // held until stop() begins (waiting for a connection)
+      await sleep(100);
+      return original(dbx, lease, json, ms, wait);
+    };
+    const { id } = await queue.enqueue('progress.stop-inflight', null);
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => {
+      started = resolve;
+    });
+    let release!: () => void;
+    const forever = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const worker = db.worker({
+      queue,
+      pollIntervalMs: 100,
+      leaseMs: 3_000,
+      abortGraceMs: 50,
+      tasks: {
+        'progress.stop-inflight': async (_payload: unknown, ctx: { progress(value: unknown): void }) => {
+          started();
+          ctx.progress('a');
+          await forever; // a runaway
+        },
+      },
+    });
+    await worker.start();
+    await running;
+    const stopped = worker.stop({ timeoutMs: 50 });
+    stopping = true;
+    await stopped;
+    const leaseUntil = async () =>
+      (
+        await db.sql<{ lu: Date }>(`SELECT lease_until AS lu FROM ${db.jobs} WHERE id = $1`, [id])
+      )[0]?.lu.getTime();
+    const atStop = await leaseUntil();
+    await sleep(600);
+    expect(await leaseUntil()).toBe(atStop);
+    release();
   });
 });
