@@ -346,7 +346,7 @@ describe('workers', () => {
     await expect.poll(() => events.length, { timeout: 5_000 }).toBe(1);
     await worker.stop();
     expect(events[0]).toMatchObject({ id: a.id, reason: 'superseded' });
-    expect((events[0]?.error as Error).message).toBe('boom in a');
+    expect(events[0]?.error).toMatchObject({ message: 'boom in a' });
   });
 
   test('4 workers, failing handlers and a producer racing on 6 keys: never two jobs of a key at once, no write fails', async () => {
