@@ -11,6 +11,7 @@ import { queues } from './007-queues.js';
 import { dedupeWindows } from './008-dedupe-windows.js';
 import { groups } from './009-groups.js';
 import { pendingScope } from './010-pending-scope.js';
+import { traceContext } from './011-trace-context.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -25,6 +26,7 @@ export const MIGRATIONS: readonly Migration[] = [
   dedupeWindows,
   groups,
   pendingScope,
+  traceContext,
 ];
 
 /** The schema version this package needs. */
