@@ -20,6 +20,7 @@ import { isConnectionError } from '../db/database-error.js';
 import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
 import type { Engine } from '../engine/engine.js';
 import { DatabaseError, isPermanent, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import type { AttemptOutcome, ProcessSpan, Tracing } from '../telemetry/tracing.js';
 import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
@@ -28,6 +29,8 @@ import type { Handler, JobContext } from './options.js';
 export interface ExecutorDeps {
   /** The queue's engine: every outcome is written by its completer. */
   engine: Engine;
+  /** §9 the attempt's CONSUMER span comes from here (null: no spans). */
+  tracing: Tracing | null;
   /** Completions share a statement with those that finish together (the Worker's `batchCompletions`). */
   batchCompletions: boolean;
   /** The task's own backoff, else the worker's, else the queue's (null). */
@@ -43,12 +46,33 @@ export interface ExecutorDeps {
 /** Runs the handler, waits for it (or gives up on it), then writes the outcome. */
 export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<void> {
   deps.emit('job:start', { job: run.job });
+  // §9 the attempt's span (a new trace, linked to the enqueue's); the handler runs inside it
+  const span = deps.tracing?.process(run.job) ?? null;
+  let ended: AttemptOutcome = 'unwritten';
+  try {
+    ended = await executeIn(span, run, handler, deps);
+  } finally {
+    span?.end(ended);
+  }
+}
+
+async function executeIn(
+  span: ProcessSpan | null,
+  run: JobRun,
+  handler: Handler,
+  deps: ExecutorDeps,
+): Promise<AttemptOutcome> {
   // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
-  const settled: Promise<HandlerOutcome> =
-    run.abortReason === 'cancel'
-      ? Promise.resolve({ kind: 'error', error: run.signal.reason })
+  const cancelledEarly = run.abortReason === 'cancel';
+  const settled: Promise<HandlerOutcome> = cancelledEarly
+    ? Promise.resolve({ kind: 'error', error: run.signal.reason })
+    : span
+      ? span.run(() => callHandler(run, handler, deps.engine))
       : callHandler(run, handler, deps.engine);
   const outcome = await run.outcomeOf(settled);
+  // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
+  if (outcome.kind === 'error' && !cancelledEarly && run.abortReason !== 'deadline')
+    span?.fail(outcome.error);
   run.clearTimers();
   run.phase = 'writing';
   if (outcome.kind === 'abandoned' && run.abortReason) {
@@ -63,7 +87,12 @@ export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps)
     if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
   }
   deps.onSettled();
-  await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
+  return writeOutcome(
+    run,
+    run.committed ? { kind: 'committed', value: run.committed.value } : outcome,
+    deps,
+    span,
+  );
 }
 
 function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<HandlerOutcome> {
@@ -209,36 +238,43 @@ async function statement(
   }
 }
 
-async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: ExecutorDeps): Promise<void> {
+/** Writes the attempt's outcome and says how it ended (`skiplock.outcome` of its span). */
+async function writeOutcome(
+  run: JobRun,
+  outcome: HandlerOutcome,
+  deps: ExecutorDeps,
+  span: ProcessSpan | null,
+): Promise<AttemptOutcome> {
   const { job } = run;
   const { completer } = deps.engine;
   const durationMs = run.durationMs;
   if (outcome.kind === 'committed') {
     deps.emit('job:done', { job, result: outcome.value, durationMs });
-    return;
+    return 'done';
   }
-  if (run.abortReason === 'lost') return; // lease:lost was reported when it was detected
+  if (run.abortReason === 'lost') return 'lease_lost'; // lease:lost was reported when it was detected
   if (run.abortReason === 'shutdown') {
     // Stopping: a runaway keeps the job until its lease expires (nothing written); a handler
     // that settled with an error gives the job back without spending the attempt; one that
     // returned a value did the work and completes.
-    if (outcome.kind === 'abandoned') return;
+    if (outcome.kind === 'abandoned') return 'abandoned';
     if (outcome.kind === 'error') {
       const released = await persist(run, deps, 'releasing a job on stop', () => completer.release(job));
       if (released) deps.emit('job:released', { job });
       else if (released === false) deps.emit('lease:lost', { job });
-      return;
+      return written(released, 'released');
     }
   }
   if (run.abortReason === 'cancel') {
     const ok = await persist(run, deps, 'recording a cancellation', () => completer.cancel(job));
     if (ok) deps.emit('job:cancelled', { job, durationMs });
     else if (ok === false) deps.emit('lease:lost', { job });
-    return;
+    return written(ok, 'cancelled');
   }
   let error: unknown;
   if (run.abortReason === 'deadline') {
     error = run.deadlineError(outcome.kind === 'abandoned');
+    span?.fail(error);
   } else if (outcome.kind === 'error') {
     error = outcome.error;
   } else if (outcome.kind === 'result') {
@@ -249,9 +285,10 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
       );
       if (ok) deps.emit('job:done', { job, result: outcome.value, durationMs });
       else if (ok === false) deps.emit('lease:lost', { job });
-      return;
+      return written(ok, 'done');
     }
     error = result;
+    span?.fail(error);
   }
   let retryInMs = deps.backoff
     ? computeBackoff(job.attempt, deps.backoff.baseMs, deps.backoff.capMs, deps.backoff.jitter)
@@ -265,9 +302,17 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   );
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
-  } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
+    return 'retry';
+  }
+  if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
   else if (status === 'cancelled') deps.emit('job:cancelled', { job, durationMs });
   else if (status === null) deps.emit('lease:lost', { job });
+  return status === undefined ? 'unwritten' : status === null ? 'lease_lost' : status;
+}
+
+/** A write's answer as an outcome: `ok` when it was written, else the lease was gone or it gave up. */
+function written(answer: boolean | undefined, ok: AttemptOutcome): AttemptOutcome {
+  return answer === true ? ok : answer === false ? 'lease_lost' : 'unwritten';
 }
 
 /** The task's retryIf on `error` (true without one); one that throws is reported, and retries. */
