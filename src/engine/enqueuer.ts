@@ -35,8 +35,9 @@ export class Enqueuer {
    */
   enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
     const { tracing } = this.engine;
-    // §9 one PRODUCER span per call, its trace context stored with the job
-    return tracing === null ? this.insert(job, db) : tracing.send([job], () => this.insert(job, db));
+    // §9 one PRODUCER span per call, its trace context stored with the job (when tracing: no
+    // closure or array is made for a call that cannot be traced)
+    return tracing?.mayTrace() ? tracing.send([job], () => this.insert(job, db)) : this.insert(job, db);
   }
 
   private insert(job: NewJob, db: Executor | undefined): Promise<EnqueueResult> {
@@ -53,7 +54,9 @@ export class Enqueuer {
   enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
     const { tracing } = this.engine;
     // §9 one PRODUCER span for the whole call, its trace context stored with every job
-    return tracing === null ? this.insertMany(jobs, db) : tracing.send(jobs, () => this.insertMany(jobs, db));
+    return tracing?.mayTrace()
+      ? tracing.send(jobs, () => this.insertMany(jobs, db))
+      : this.insertMany(jobs, db);
   }
 
   private async insertMany(jobs: NewJob[], db: Executor | undefined): Promise<EnqueueResult[]> {

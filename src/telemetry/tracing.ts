@@ -34,6 +34,11 @@ export type AttemptOutcome =
   /** The outcome could not be written (the database away): the reaper recovers the job. */
   | 'unwritten';
 
+/**
+ * The spans of one process (shared by its Queues and Workers: the API's global provider,
+ * propagator and context manager are per process too). Every method first checks, without
+ * allocating, whether a span would be recorded at all.
+ */
 export class Tracing {
   /** The global provider's delegate that {@link tracer} came from. */
   private tracerOf: unknown = null;
@@ -43,6 +48,16 @@ export class Tracing {
 
   constructor() {
     void loadOtelApi();
+  }
+
+  /**
+   * False when no span can be made now — the API is absent, or the global tracer provider is
+   * the API's no-op one — so a caller can skip even building its arguments; true while the API
+   * is still loading ({@link send} then waits for it).
+   */
+  mayTrace(): boolean {
+    const api = otelApi();
+    return api === undefined || (api !== null && this.activeTracer(api) !== null);
   }
 
   /** Resolves once the API was looked for; spans are only made after that. */

@@ -43,56 +43,46 @@ export interface ExecutorDeps {
   onSettled(): void;
 }
 
-/** Runs the handler, waits for it (or gives up on it), then writes the outcome. */
+/**
+ * Runs the handler, waits for it (or gives up on it), then writes the outcome. §9 with tracing,
+ * inside the attempt's CONSUMER span (a new trace linked to the enqueue's), which the outcome
+ * ends.
+ */
 export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<void> {
   deps.emit('job:start', { job: run.job });
-  // §9 the attempt's span (a new trace, linked to the enqueue's); the handler runs inside it
-  const span = deps.tracing?.process(run.job) ?? null;
+  const span = deps.tracing === null ? null : deps.tracing.process(run.job);
   let ended: AttemptOutcome = 'unwritten';
   try {
-    ended = await executeIn(span, run, handler, deps);
+    // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
+    const cancelledEarly = run.abortReason === 'cancel';
+    const settled: Promise<HandlerOutcome> = cancelledEarly
+      ? Promise.resolve({ kind: 'error', error: run.signal.reason })
+      : span
+        ? span.run(() => callHandler(run, handler, deps.engine))
+        : callHandler(run, handler, deps.engine);
+    const outcome = await run.outcomeOf(settled);
+    // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
+    if (outcome.kind === 'error' && !cancelledEarly && run.abortReason !== 'deadline')
+      span?.fail(outcome.error);
+    run.clearTimers();
+    run.phase = 'writing';
+    if (outcome.kind === 'abandoned' && run.abortReason) {
+      deps.emit('job:runaway', {
+        job: run.job,
+        reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
+        graceMs: run.graceMsSetting,
+      });
+      // A runaway may still commit its ctx.transaction: wait for it to end before the slot is
+      // freed, so its outcome is known (a lease check refuses it after a stop or a loss, and a
+      // lost lease cuts its connection, so this wait is bounded by the lease).
+      if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
+    }
+    deps.onSettled();
+    const final = run.committed ? { kind: 'committed' as const, value: run.committed.value } : outcome;
+    ended = await writeOutcome(run, final, deps, span);
   } finally {
     span?.end(ended);
   }
-}
-
-async function executeIn(
-  span: ProcessSpan | null,
-  run: JobRun,
-  handler: Handler,
-  deps: ExecutorDeps,
-): Promise<AttemptOutcome> {
-  // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
-  const cancelledEarly = run.abortReason === 'cancel';
-  const settled: Promise<HandlerOutcome> = cancelledEarly
-    ? Promise.resolve({ kind: 'error', error: run.signal.reason })
-    : span
-      ? span.run(() => callHandler(run, handler, deps.engine))
-      : callHandler(run, handler, deps.engine);
-  const outcome = await run.outcomeOf(settled);
-  // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
-  if (outcome.kind === 'error' && !cancelledEarly && run.abortReason !== 'deadline')
-    span?.fail(outcome.error);
-  run.clearTimers();
-  run.phase = 'writing';
-  if (outcome.kind === 'abandoned' && run.abortReason) {
-    deps.emit('job:runaway', {
-      job: run.job,
-      reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
-      graceMs: run.graceMsSetting,
-    });
-    // A runaway may still commit its ctx.transaction: wait for it to end before the slot is
-    // freed, so its outcome is known (a lease check refuses it after a stop or a loss, and a
-    // lost lease cuts its connection, so this wait is bounded by the lease).
-    if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
-  }
-  deps.onSettled();
-  return writeOutcome(
-    run,
-    run.committed ? { kind: 'committed', value: run.committed.value } : outcome,
-    deps,
-    span,
-  );
 }
 
 function callHandler(run: JobRun, handler: Handler, engine: Engine): Promise<HandlerOutcome> {

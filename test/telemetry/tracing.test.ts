@@ -4,7 +4,8 @@
  * job by every enqueue statement (the automatic batch's INSERT, the single INSERT, debounce,
  * scope 'pending', throttle, inside the caller's transaction) and left alone on a dedupe hit; a
  * CONSUMER span per attempt, each a root of its own trace linked to the producer span, with the
- * messaging attributes, the attempt and its outcome, the handler's exception recorded, and the
+ * messaging attributes, the attempt and its outcome (retry, done, dead, cancelled), the handler's
+ * exception recorded (past a deadline, the deadline's error, once), and the
  * handler running inside it (a span the handler starts is its child) — through the plain claim
  * and the limited queue's claim; `telemetry: false` on the Queue or the Worker records no span
  * and stores no context; with no tracer provider registered nothing is stored and the
@@ -40,6 +41,8 @@
  *     registered…" failed (the propagator's inject and extract were called per job; nothing
  *     was stored either way — a no-op span has no valid context).
  * 12. `recordError` removed from the producer span's failure path: "an enqueue that fails…".
+ * 13. The handler's error recorded past a deadline too (the `abortReason !== 'deadline'` test
+ *     removed in job-executor.ts): "past its deadline…" failed (two exception events).
  */
 import {
   context,
@@ -356,6 +359,34 @@ describe('consumer spans', () => {
       'exception.message': 'no way',
     });
     await worker.stop();
+  });
+
+  test('past its deadline: the JobDeadlineExceeded is the one exception; a cancelled job ends cancelled', async () => {
+    const queue = db.queue();
+    await queue.enqueue('otel.deadline', {}, { maxAttempts: 1, timeoutMs: 50 });
+    const { id } = await queue.enqueue('otel.cancel', {});
+    const untilAborted = (_: unknown, { signal }: { signal: AbortSignal }) =>
+      new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason)));
+    const worker = db.worker({ tasks: { 'otel.deadline': untilAborted, 'otel.cancel': untilAborted } });
+    const finished = Promise.all([
+      outcomes(worker, 'otel.deadline', 1),
+      new Promise((resolve) => worker.on('job:cancelled', resolve)),
+    ]);
+    worker.on('job:start', ({ job }) => {
+      if (job.id === id) void queue.cancel(id);
+    });
+    await worker.start();
+    await finished;
+    await worker.stop();
+    await expect.poll(() => spansNamed('process otel.cancel').length).toBe(1);
+    const [deadline] = spansNamed('process otel.deadline');
+    expect(deadline?.attributes['skiplock.outcome']).toBe('dead');
+    expect(deadline?.status.code).toBe(SpanStatusCode.ERROR);
+    expect(deadline?.events.map((e) => String(e.attributes?.['exception.message']))).toEqual([
+      expect.stringMatching(/^JobDeadlineExceeded/),
+    ]);
+    const [cancelled] = spansNamed('process otel.cancel');
+    expect(cancelled?.attributes['skiplock.outcome']).toBe('cancelled');
   });
 
   test('a limited queue’s claim returns the stored context too (its own claim statement)', async () => {
