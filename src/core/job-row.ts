@@ -30,6 +30,20 @@ export interface JobRow {
   group_key: string | null;
   /** §9 JSON progress (absent from rows of statements that do not select it). */
   progress?: unknown;
+  /** §9 claims only: the stored trace context as JSON text, or null. */
+  trace_context?: string | null;
+}
+
+/**
+ * §9 the stored trace context (JSON text of the propagator's carrier) of claimed jobs that have
+ * one, kept beside the public {@link ClaimedJob} shape (not a field of it): only a worker that
+ * traces reads it.
+ */
+const traceContexts = new WeakMap<ClaimedJob, string>();
+
+/** The trace context stored with a claimed job at enqueue (JSON text), or null. */
+export function traceContextOf(job: ClaimedJob): string | null {
+  return traceContexts.get(job) ?? null;
 }
 
 /** Maps a row to the public {@link Job} shape. */
@@ -72,6 +86,7 @@ export function toClaimedJob(row: JobRow): ClaimedJob {
   job.workerId = row.worker_id ?? '';
   job.attempt = job.attempts;
   job.token = String(row.claims);
+  if (row.trace_context) traceContexts.set(job, row.trace_context);
   return job;
 }
 

@@ -40,6 +40,11 @@ export interface NewJob {
     replace: boolean;
     maxWaitMs: number | null;
   } | null;
+  /**
+   * §9 the trace context of the enqueue's producer span, as JSON text of the propagator's
+   * carrier (`{"traceparent":"00-…"}`), or null (not traced: the column stays NULL).
+   */
+  traceContext: string | null;
 }
 
 const OPTION_KEYS = [
@@ -87,6 +92,7 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
         : requireInt(options.timeoutMs, at('timeoutMs'), 1),
     group: groupArg(options, at),
     dedupe: dedupeMode(options, at),
+    traceContext: null,
   };
 }
 

@@ -19,6 +19,7 @@ import { fromReadReplica } from '../db/replica-error.js';
 import { QueueClosedError, ValidationError } from '../errors.js';
 import { type MigrateResult, migrate } from '../migrations/migrate.js';
 import { JobStore, type LeaseRenewal } from '../store/job-store.js';
+import { type Tracing, tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob, Job, Lease } from '../types.js';
 import { Completer } from './completer.js';
 import { Enqueuer } from './enqueuer.js';
@@ -35,6 +36,8 @@ export class Engine {
   readonly completer: Completer;
   /** The limited queues as this process last read them (the worker's limited claims). */
   readonly limits: LimitedQueues;
+  /** §9 OpenTelemetry spans, or null with `telemetry: false`. */
+  readonly tracing: Tracing | null;
   private readonly ownsPool: boolean;
   /** Settings for a dedicated connection (migrations, the worker's LISTEN) to the same database. */
   readonly clientConfig: pg.ClientConfig;
@@ -75,6 +78,7 @@ export class Engine {
     }
     this.readPool = readConnectionString === null ? null : this.createPool(readConnectionString, poolSize);
     if (!this.settings.poolerMode) this.store.prepareOn(this.pool);
+    this.tracing = this.settings.telemetry ? tracing() : null;
     this.enqueuer = new Enqueuer(this);
     this.completer = new Completer(this);
     this.limits = new LimitedQueues(this);

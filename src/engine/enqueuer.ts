@@ -34,6 +34,13 @@ export class Enqueuer {
    * has a dedupe mode (§8: one statement or transaction of its own).
    */
   enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
+    const { tracing } = this.engine;
+    // §9 one PRODUCER span per call, its trace context stored with the job (when tracing: no
+    // closure or array is made for a call that cannot be traced)
+    return tracing?.mayTrace() ? tracing.send([job], () => this.insert(job, db)) : this.insert(job, db);
+  }
+
+  private insert(job: NewJob, db: Executor | undefined): Promise<EnqueueResult> {
     if (job.dedupe !== null) return this.insertWithMode(db, job);
     if (db === undefined && this.batcher) return this.batcher.add(job);
     return this.insertOne(db ?? this.engine.pool, job);
@@ -44,7 +51,15 @@ export class Enqueuer {
    * dedupe keys runs in a transaction of its own (its holder lookups and a second INSERT may
    * follow): all rows or none.
    */
-  async enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+  enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+    const { tracing } = this.engine;
+    // §9 one PRODUCER span for the whole call, its trace context stored with every job
+    return tracing?.mayTrace()
+      ? tracing.send(jobs, () => this.insertMany(jobs, db))
+      : this.insertMany(jobs, db);
+  }
+
+  private async insertMany(jobs: NewJob[], db: Executor | undefined): Promise<EnqueueResult[]> {
     if (jobs.some((job) => job.dedupe !== null)) {
       // §8 dedupe modes decide job by job, all in one transaction, in dedupe-key order — two
       // batches that share keys then take their locks in one order and never deadlock (§3) —

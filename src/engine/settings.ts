@@ -78,6 +78,14 @@ export interface QueueOptions {
    * a minute. Default `{ completed: 'keep' }` and no pruning (`queue.prune()` by hand).
    */
   retention?: { completed?: 'keep' | 'delete'; keepFinishedMs?: number };
+  /**
+   * OpenTelemetry (SPEC §9, default true): with `@opentelemetry/api` installed and a tracer
+   * provider registered, each enqueue call records a PRODUCER span and stores its trace context
+   * with its jobs, and a Worker on this queue runs each attempt in a CONSUMER span linked to it.
+   * `false`: no spans, and no trace context stored. Without the API (an optional peer
+   * dependency) or a registered provider this costs nothing either way. See docs/integrations.md.
+   */
+  telemetry?: boolean;
 }
 
 /** The retention settings of a Queue, validated. */
@@ -107,6 +115,7 @@ const QUEUE_OPTION_KEYS = [
   'statementTimeoutMs',
   'connectTimeoutMs',
   'retention',
+  'telemetry',
 ];
 
 /** A Queue's options after validation and defaults (connections are made by the engine). */
@@ -127,6 +136,8 @@ export interface EngineSettings {
   /** Timeouts of the pools Skiplock creates (SPEC §3: every statement has a timeout). */
   timeouts: { statementMs: number; connectMs: number };
   batchEnqueue: { maxBatch: number; maxConcurrent: number } | null;
+  /** §9 OpenTelemetry spans on (the default) or off. */
+  telemetry: boolean;
 }
 
 /** Validates a Queue's options (all but the connection ones, which the engine checks as it uses them). */
@@ -159,6 +170,7 @@ export function engineSettings(opts: QueueOptions): EngineSettings {
           : requireInt(opts.connectTimeoutMs, 'connectTimeoutMs', 1),
     },
     batchEnqueue: batchEnqueueSettings(opts.batchEnqueue),
+    telemetry: opts.telemetry ?? true,
   };
   const { baseMs, capMs, jitter } = settings.backoff;
   computeBackoff(1, baseMs, capMs, jitter); // validates jitter
@@ -170,6 +182,8 @@ export function engineSettings(opts: QueueOptions): EngineSettings {
     throw new ValidationError('listen', 'must be true or false');
   }
   settings.listen = opts.listen ?? !settings.poolerMode;
+  if (typeof settings.telemetry !== 'boolean')
+    throw new ValidationError('telemetry', 'must be true or false');
   return settings;
 }
 

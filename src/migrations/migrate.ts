@@ -13,6 +13,7 @@ import { groups } from './009-groups.js';
 import { pendingScope } from './010-pending-scope.js';
 import { progress } from './011-progress.js';
 import { waitHints } from './012-wait-hints.js';
+import { traceContext } from './013-trace-context.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -29,6 +30,7 @@ export const MIGRATIONS: readonly Migration[] = [
   pendingScope,
   progress,
   waitHints,
+  traceContext,
 ];
 
 /** The schema version this package needs. */

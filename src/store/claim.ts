@@ -6,7 +6,7 @@
 import { type JobRow, toClaimedJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
-import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS } from './fragments.js';
+import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS, TRACE_CONTEXT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
@@ -19,7 +19,8 @@ export function claimSql(s: string) {
      * UPDATE; §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1,
      * never reused); §1.4 lease and run_after in database time.
      * Rows come back in the pick's order (priority, run_after, id; with group keys, round by
-     * round): a worker that holds some back starts the first ones first.
+     * round): a worker that holds some back starts the first ones first. §9 each row brings its
+     * stored trace context (as text: parsed only by a worker that traces) for the attempt's span.
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
      * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
@@ -46,9 +47,9 @@ export function claimSql(s: string) {
         -- by primary key whatever the statistics (a status test the planner can match to a
         -- partial index made it scan every pending row on a never-analyzed table)
         WHERE id = ANY (ARRAY(SELECT pick_id FROM picked)) AND (status || '') = 'pending'
-        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
+        RETURNING ${JOB_COLUMNS}, ${TRACE_CONTEXT}, id AS claim_order_id
       )
-      SELECT ${JOB_COLUMN_NAMES} FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
+      SELECT ${JOB_COLUMN_NAMES}, trace_context FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
       ORDER BY picked.pick_ord`,
 
     /**

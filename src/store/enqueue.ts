@@ -16,13 +16,15 @@ export function enqueueSql(s: string) {
     /**
      * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
      * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit.
+     * §9 the producer span's trace context goes in with the row (a hit leaves the holder's alone).
      * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
-     * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key.
+     * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key, $12 trace_context (JSON or null).
      */
     insertOne: `
       WITH ins AS (
-        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms, group_key)
-        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9, $11)
+        INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms, group_key,
+                             trace_context)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9, $11, $12::jsonb)
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       )
@@ -32,20 +34,20 @@ export function enqueueSql(s: string) {
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
      * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch,
      * in its transaction — or none when $10 is null (the caller then hints after the commit).
-     * $11 group keys.
+     * $11 group keys, $12 trace contexts (§9, JSON or null: one producer span per call).
      */
     insertMany: `
       WITH input AS MATERIALIZED (
         SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
         FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
-                    $7::timestamptz[], $8::float8[], $9::int[], $11::text[])
+                    $7::timestamptz[], $8::float8[], $9::int[], $11::text[], $12::text[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
-                                  run_at, delay_ms, timeout_ms, group_key, ord)
+                                  run_at, delay_ms, timeout_ms, group_key, trace_context, ord)
       ), ins AS (
         INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
-                             group_key)
+                             group_key, trace_context)
         SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
-               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key
+               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key, trace_context::jsonb
         -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
         -- one order and never deadlock (a key repeated in the batch: its first entry wins)
         FROM input ORDER BY dedupe_key, ord
@@ -67,15 +69,17 @@ export function enqueueSql(s: string) {
      * queue and group that has not run yet (no retry waiting for its backoff) is replaced. `created`
      * tells an insert from a replacement; no row: the holder was not replaced. A run time is
      * never past created_at + $10 ms (maxWaitMs; the holder's created_at on a replacement).
-     * §1.9 NOTIFY when a row changed.
-     * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel, $12 group_key.
+     * §1.9 NOTIFY when a row changed. §9 a replaced holder keeps its own trace context (the span
+     * of the enqueue that created it).
+     * $1–$9 as insertOne, $10 max wait ms (or null), $11 channel, $12 group_key, $13 trace_context.
      */
     insertDebounced: `
       WITH ins AS (
         INSERT INTO ${jobs} AS j (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
-                                  group_key)
+                                  group_key, trace_context)
         VALUES ($1, $2, $3::jsonb, $4, $5, $6,
-                least(${RUN_AFTER('$7', '$8')}, now() + $10::float8 * interval '1 millisecond'), $9, $12)
+                least(${RUN_AFTER('$7', '$8')}, now() + $10::float8 * interval '1 millisecond'), $9, $12,
+                $13::jsonb)
         ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND ${ACTIVE}
         DO UPDATE SET payload = EXCLUDED.payload, priority = EXCLUDED.priority,
           run_after = least(${RUN_AFTER('$7', '$8')}, j.created_at + $10::float8 * interval '1 millisecond'),
@@ -108,16 +112,18 @@ export function enqueueSql(s: string) {
      * §8 scope 'pending' (one queued and one running job per key): under the key's lock (which
      * every job of the key going back to pending takes, migration 10), an insert whose conflict
      * with the key's queued job is a hit — a running job of the key is no conflict: this one
-     * waits for it (the picks skip it meanwhile). §1.9 NOTIFY when inserted.
-     * $1–$9 as insertOne ($5 the key), $10 channel, $11 group_key.
+     * waits for it (the picks skip it meanwhile). §1.9 NOTIFY when inserted. §9 the trace context
+     * goes in with the row.
+     * $1–$9 as insertOne ($5 the key), $10 channel, $11 group_key, $12 trace_context.
      */
     insertPending: `
       WITH locked AS MATERIALIZED (
         SELECT pg_advisory_xact_lock(${s}.pending_lock_id($5::text))
       ), ins AS (
         INSERT INTO ${jobs} (queue, task, payload, priority, pending_key, max_attempts, run_after, timeout_ms,
-                             group_key)
-        SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::int, ${RUN_AFTER('$7', '$8')}, $9::int, $11::text
+                             group_key, trace_context)
+        SELECT $1::text, $2::text, $3::jsonb, $4::int, $5::text, $6::int, ${RUN_AFTER('$7', '$8')}, $9::int, $11::text,
+               $12::jsonb
         FROM locked
         ON CONFLICT (pending_key) WHERE status = 'pending' AND pending_key IS NOT NULL DO NOTHING
         RETURNING id
@@ -166,6 +172,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       ...jobValues(job),
       this.channel,
       job.group,
+      job.traceContext,
     ]);
     return rows[0]?.id ?? null;
   }
@@ -192,6 +199,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       column((j) => j.timeoutMs),
       notify ? this.channel : null,
       column((j) => j.group),
+      column((j) => j.traceContext),
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
   }
@@ -206,6 +214,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       job.dedupe?.maxWaitMs ?? null,
       this.channel,
       job.group,
+      job.traceContext,
     ]);
     const row = rows[0];
     return row ? { id: String(row.id), created: row.created } : null;
@@ -227,6 +236,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       ...jobValues(job),
       this.channel,
       job.group,
+      job.traceContext,
     ]);
     return rows[0]?.id ?? null;
   }

@@ -18,6 +18,12 @@ export const JOB_COLUMNS =
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
   'claims::text AS claims, group_key, progress';
 
+/**
+ * §9 what a claim returns besides {@link JOB_COLUMNS}: the job's stored trace context, as text
+ * (JSON.parse'd only by a worker that traces; NULL for jobs nobody traced).
+ */
+export const TRACE_CONTEXT = 'trace_context::text AS trace_context';
+
 /** The output names of {@link JOB_COLUMNS}, for a statement that selects them from a CTE. */
 export const JOB_COLUMN_NAMES =
   'id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after, ' +

@@ -7,7 +7,7 @@
 import { type JobRow, toClaimedJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
-import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS } from './fragments.js';
+import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS, TRACE_CONTEXT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** A queue's stored configuration. */
@@ -139,7 +139,7 @@ export function queueSql(s: string) {
           lease_until = (SELECT t FROM cfg) + $5::float8 * interval '1 millisecond',
           run_started_at = (SELECT t FROM cfg), updated_at = (SELECT t FROM cfg), cancel_requested_at = NULL
         WHERE id = ANY (ARRAY(SELECT pick_id FROM picked)) AND (status || '') = 'pending'
-        RETURNING ${JOB_COLUMNS}, id AS claim_order_id
+        RETURNING ${JOB_COLUMNS}, ${TRACE_CONTEXT}, id AS claim_order_id
       ), logged AS (
         INSERT INTO ${starts} (queue, at)
         SELECT $2, c.t FROM claimed, cfg AS c WHERE c.rate_limit IS NOT NULL
@@ -154,13 +154,14 @@ export function queueSql(s: string) {
         DELETE FROM ${s}.group_starts AS gs USING cfg AS c
         WHERE gs.queue = $2 AND gs.at <= c.t - coalesce(c.group_rate_period_ms, 0) * interval '1 millisecond'
       )
-      SELECT ${JOB_COLUMN_NAMES}, (SELECT free FROM free) AS room_free, false AS lock_busy, picked.pick_ord
+      SELECT ${JOB_COLUMN_NAMES}, trace_context, (SELECT free FROM free) AS room_free, false AS lock_busy,
+             picked.pick_ord
       FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
       UNION ALL
       -- pick_groups's marker (id -1): a group was skipped for its lock; the claimer looks again
       SELECT ${JOB_COLUMN_NAMES.split(', ')
         .map((column) => `NULL AS ${column}`)
-        .join(', ')}, NULL, true, 0 FROM picked WHERE picked.pick_id = -1
+        .join(', ')}, NULL, NULL, true, 0 FROM picked WHERE picked.pick_id = -1
       ORDER BY pick_ord`,
 
     /**

@@ -6,6 +6,7 @@
  * held, and waits for the others.
  */
 import type { Engine } from '../engine/engine.js';
+import type { Tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import { execute } from './job-executor.js';
@@ -19,6 +20,8 @@ const MAX_CLAIM_BATCH = 1_000;
 export interface DispatcherDeps {
   settings: WorkerSettings;
   engine: Engine;
+  /** §9 consumer spans, or null when this worker records none. */
+  tracing: Tracing | null;
   /** True while the worker runs (nothing starts, nothing is claimed while it stops). */
   running(): boolean;
   /** Counts, reports and emits a job's event. */
@@ -166,6 +169,7 @@ export class Dispatcher {
       });
     const done = execute(run, handler, {
       engine,
+      tracing: this.deps.tracing,
       batchCompletions: settings.batchCompletions,
       backoff: task?.backoff ?? settings.backoff,
       retryIf: task?.retryIf ?? null,

@@ -20,6 +20,7 @@ import { isConnectionError } from '../db/database-error.js';
 import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
 import type { Engine } from '../engine/engine.js';
 import { DatabaseError, isPermanent, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import type { AttemptOutcome, ProcessSpan, Tracing } from '../telemetry/tracing.js';
 import type { BackoffOptions } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
@@ -29,6 +30,8 @@ import { ProgressWriter } from './progress.js';
 export interface ExecutorDeps {
   /** The queue's engine: every outcome is written by its completer. */
   engine: Engine;
+  /** §9 the attempt's CONSUMER span comes from here (null: no spans). */
+  tracing: Tracing | null;
   /** Completions share a statement with those that finish together (the Worker's `batchCompletions`). */
   batchCompletions: boolean;
   /** The task's own backoff, else the worker's, else the queue's (null). */
@@ -41,33 +44,49 @@ export interface ExecutorDeps {
   onSettled(): void;
 }
 
-/** Runs the handler, waits for it (or gives up on it), then writes the outcome. */
+/**
+ * Runs the handler, waits for it (or gives up on it), then writes the outcome. §9 with tracing,
+ * inside the attempt's CONSUMER span (a new trace linked to the enqueue's), which the outcome
+ * ends.
+ */
 export async function execute(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<void> {
   deps.emit('job:start', { job: run.job });
-  // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
-  const settled: Promise<HandlerOutcome> =
-    run.abortReason === 'cancel'
+  const span = deps.tracing === null ? null : deps.tracing.process(run.job);
+  let ended: AttemptOutcome = 'unwritten';
+  try {
+    // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
+    const cancelledEarly = run.abortReason === 'cancel';
+    const settled: Promise<HandlerOutcome> = cancelledEarly
       ? Promise.resolve({ kind: 'error', error: run.signal.reason })
-      : callHandler(run, handler, deps);
-  const outcome = await run.outcomeOf(settled);
-  run.clearTimers();
-  run.phase = 'writing';
-  if (outcome.kind === 'abandoned' && run.abortReason) {
-    deps.emit('job:runaway', {
-      job: run.job,
-      reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
-      graceMs: run.graceMsSetting,
-    });
-    // A runaway may still commit its ctx.transaction: wait for it to end before the slot is
-    // freed, so its outcome is known (a lease check refuses it after a stop or a loss, and a
-    // lost lease cuts its connection, so this wait is bounded by the lease).
-    if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
+      : span
+        ? span.run(() => callHandler(run, handler, deps))
+        : callHandler(run, handler, deps);
+    const outcome = await run.outcomeOf(settled);
+    // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
+    if (outcome.kind === 'error' && !cancelledEarly && run.abortReason !== 'deadline')
+      span?.fail(outcome.error);
+    run.clearTimers();
+    run.phase = 'writing';
+    if (outcome.kind === 'abandoned' && run.abortReason) {
+      deps.emit('job:runaway', {
+        job: run.job,
+        reason: run.abortReason === 'shutdown' ? 'stop' : run.abortReason,
+        graceMs: run.graceMsSetting,
+      });
+      // A runaway may still commit its ctx.transaction: wait for it to end before the slot is
+      // freed, so its outcome is known (a lease check refuses it after a stop or a loss, and a
+      // lost lease cuts its connection, so this wait is bounded by the lease).
+      if (run.transaction === 'open' || run.transaction === 'committing') await run.transactionSettled();
+    }
+    deps.onSettled();
+    // §9 the last progress reported goes in before the outcome (a runaway's never: it may go on)
+    if (outcome.kind !== 'abandoned' && !run.committed) await run.progressWriter?.finish();
+    else run.progressWriter?.close();
+    const final = run.committed ? { kind: 'committed' as const, value: run.committed.value } : outcome;
+    ended = await writeOutcome(run, final, deps, span);
+  } finally {
+    span?.end(ended);
   }
-  deps.onSettled();
-  // §9 the last progress reported goes in before the outcome (a runaway's never: it may go on)
-  if (outcome.kind !== 'abandoned' && !run.committed) await run.progressWriter?.finish();
-  else run.progressWriter?.close();
-  await writeOutcome(run, run.committed ? { kind: 'committed', value: run.committed.value } : outcome, deps);
 }
 
 function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<HandlerOutcome> {
@@ -256,36 +275,43 @@ async function statement(
   }
 }
 
-async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: ExecutorDeps): Promise<void> {
+/** Writes the attempt's outcome and says how it ended (`skiplock.outcome` of its span). */
+async function writeOutcome(
+  run: JobRun,
+  outcome: HandlerOutcome,
+  deps: ExecutorDeps,
+  span: ProcessSpan | null,
+): Promise<AttemptOutcome> {
   const { job } = run;
   const { completer } = deps.engine;
   const durationMs = run.durationMs;
   if (outcome.kind === 'committed') {
     deps.emit('job:done', { job, result: outcome.value, durationMs });
-    return;
+    return 'done';
   }
-  if (run.abortReason === 'lost') return; // lease:lost was reported when it was detected
+  if (run.abortReason === 'lost') return 'lease_lost'; // lease:lost was reported when it was detected
   if (run.abortReason === 'shutdown') {
     // Stopping: a runaway keeps the job until its lease expires (nothing written); a handler
     // that settled with an error gives the job back without spending the attempt; one that
     // returned a value did the work and completes.
-    if (outcome.kind === 'abandoned') return;
+    if (outcome.kind === 'abandoned') return 'abandoned';
     if (outcome.kind === 'error') {
       const released = await persist(run, deps, 'releasing a job on stop', () => completer.release(job));
       if (released) deps.emit('job:released', { job });
       else if (released === false) deps.emit('lease:lost', { job });
-      return;
+      return written(released, 'released');
     }
   }
   if (run.abortReason === 'cancel') {
     const ok = await persist(run, deps, 'recording a cancellation', () => completer.cancel(job));
     if (ok) deps.emit('job:cancelled', { job, durationMs, reason: 'cancel' });
     else if (ok === false) deps.emit('lease:lost', { job });
-    return;
+    return written(ok, 'cancelled');
   }
   let error: unknown;
   if (run.abortReason === 'deadline') {
     error = run.deadlineError(outcome.kind === 'abandoned');
+    span?.fail(error);
   } else if (outcome.kind === 'error') {
     error = outcome.error;
   } else if (outcome.kind === 'result') {
@@ -296,9 +322,10 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
       );
       if (ok) deps.emit('job:done', { job, result: outcome.value, durationMs });
       else if (ok === false) deps.emit('lease:lost', { job });
-      return;
+      return written(ok, 'done');
     }
     error = result;
+    span?.fail(error);
   }
   let retryInMs = deps.backoff
     ? computeBackoff(job.attempt, deps.backoff.baseMs, deps.backoff.capMs, deps.backoff.jitter)
@@ -312,10 +339,18 @@ async function writeOutcome(run: JobRun, outcome: HandlerOutcome, deps: Executor
   );
   if (status === 'pending') {
     deps.emit('job:retry', { job, error, retryInMs, durationMs });
-  } else if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
+    return 'retry';
+  }
+  if (status === 'dead') deps.emit('job:dead', { job, error, durationMs });
   else if (status === 'cancelled')
     deps.emit('job:cancelled', { job, durationMs, reason: 'superseded', error });
   else if (status === null) deps.emit('lease:lost', { job });
+  return status === undefined ? 'unwritten' : status === null ? 'lease_lost' : status;
+}
+
+/** A write's answer as an outcome: `ok` when it was written, else the lease was gone or it gave up. */
+function written(answer: boolean | undefined, ok: AttemptOutcome): AttemptOutcome {
+  return answer === true ? ok : answer === false ? 'lease_lost' : 'unwritten';
 }
 
 /** The task's retryIf on `error` (true without one); one that throws is reported, and retries. */

@@ -131,6 +131,12 @@ export interface WorkerOptions {
    * `connectionString`; a `queue` you pass keeps its own.
    */
   retention?: QueueOptions['retention'];
+  /**
+   * OpenTelemetry (SPEC §9): each attempt runs in a CONSUMER span linked to its job's producer
+   * span. Default: the queue's `telemetry` (true unless set off); `false` records no spans for
+   * this worker's jobs. With `connectionString`, it is also the setting of the worker's own Queue.
+   */
+  telemetry?: boolean;
 }
 
 /** Settings after validation and defaults. */
@@ -151,6 +157,8 @@ export interface WorkerSettings {
   logger: Logger | undefined;
   batchCompletions: boolean;
   prefetch: number;
+  /** §9 consumer spans: on, off, or null for the queue's setting. */
+  telemetry: boolean | null;
 }
 
 const KEYS = [
@@ -172,6 +180,7 @@ const KEYS = [
   'batchCompletions',
   'prefetch',
   'retention',
+  'telemetry',
 ];
 
 /** Validates the options of a Worker (everything but queue/connection). */
@@ -212,6 +221,7 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
       opts.prefetch === undefined
         ? Math.min(10_000, Math.max(50, concurrency))
         : requireInt(opts.prefetch, 'prefetch', 0, 10_000),
+    telemetry: opts.telemetry === undefined ? null : requireBoolean(opts.telemetry, 'telemetry'),
   };
 }
 
@@ -332,6 +342,7 @@ export function workerQueue(
     poolSize: Math.min(settings.concurrency + 2, 20),
     preparedStatements: settings.preparedStatements ?? true,
     ...(options.retention === undefined ? {} : { retention: options.retention }),
+    ...(settings.telemetry === null ? {} : { telemetry: settings.telemetry }),
     ...(settings.logger ? { logger: settings.logger } : {}),
   });
   return { queue, owns: true };

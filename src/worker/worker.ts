@@ -24,6 +24,7 @@ import { claimWithLimits, QUEUE_HINT, ROOM_HINT, roomFreedBy } from '../engine/q
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
+import { type Tracing, tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
 import { ClaimLoop } from './claim-loop.js';
 import { Dispatcher } from './dispatcher.js';
@@ -98,6 +99,8 @@ export class Worker extends EventEmitter {
   private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
+  /** §9 consumer spans, or null with `telemetry: false` (the worker's, else its queue's). */
+  private readonly tracing: Tracing | null;
 
   constructor(options: WorkerOptions) {
     super();
@@ -109,10 +112,12 @@ export class Worker extends EventEmitter {
     const { settings } = this;
     const engine = engineOf(this.queue, false);
     this.engine = engine;
+    this.tracing = (settings.telemetry ?? engine.settings.telemetry) ? tracing() : null;
     const onError = (error: unknown, during: string) => this.reportError(error, during);
     this.dispatcher = new Dispatcher({
       settings,
       engine,
+      tracing: this.tracing,
       running: () => this.state === 'running',
       emit: (event, payload) => {
         this.count(event);
@@ -217,6 +222,7 @@ export class Worker extends EventEmitter {
       throw new SkiplockError('ERR_VALIDATION', `start(): the worker is already ${this.state}`);
     this.state = 'running';
     try {
+      await this.tracing?.ready(); // §9 whether @opentelemetry/api is there, known before any job runs
       await this.listener?.start();
       // stop() meanwhile: its drain has run (or is running) — start nothing it would not stop
       if (this.state !== 'running') return;

