@@ -16,3 +16,4 @@ export { type DrizzleTransaction, fromDrizzle } from './drizzle.js';
 export { fromKnex, type KnexTransaction } from './knex.js';
 export { fromKysely, type KyselyTransaction } from './kysely.js';
 export { fromPostgresJs, type PostgresJsTransaction } from './postgres-js.js';
+export { fromPrisma, type PrismaTransaction } from './prisma.js';

@@ -305,7 +305,7 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
   const loaded = JSON.parse(adapters.stdout.trim()) as { resolved: string };
   expect(fileURLToPath(loaded.resolved)).toBe(join(installed, 'dist', 'adapters', 'index.js'));
   expect(loaded).toMatchObject({
-    exports: ['fromDrizzle', 'fromKnex', 'fromKysely', 'fromPostgresJs'],
+    exports: ['fromDrizzle', 'fromKnex', 'fromKysely', 'fromPostgresJs', 'fromPrisma'],
     refused: true,
     rows: [{ n: '7' }],
     calls: [{ sql: 'SELECT ?, ?, ?', bindings: ['b', 'a', 'b'] }],
