@@ -7,6 +7,7 @@
  */
 import { ValidationError } from '../errors.js';
 
+/** A statement in Knex's dialect and its bindings, one per `?`. */
 export interface PositionalStatement {
   sql: string;
   bindings: unknown[];
