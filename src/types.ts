@@ -113,7 +113,10 @@ export interface DedupeOptions {
   maxWaitMs?: number;
 }
 
-/** Anything with pg's `query(text, values)`: a `pg.Client`, `pg.PoolClient` or `pg.Pool`. */
+/**
+ * Anything with pg's `query(text, values)`: a `pg.Client`, `pg.PoolClient` or `pg.Pool`, or an
+ * ORM's or driver's transaction through `skiplock/adapters` (`fromKysely(trx)`, …).
+ */
 export interface Queryable {
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
 }

@@ -246,7 +246,10 @@ export class Engine {
   writer(client: unknown): Executor {
     if (client === undefined) return this.pool;
     if (!isExecutor(client)) {
-      throw new ValidationError('client', 'must be a pg Client or PoolClient inside your open transaction');
+      throw new ValidationError(
+        'client',
+        "must be a pg Client or PoolClient inside your open transaction, or an ORM's transaction through skiplock/adapters (fromKysely(trx), fromDrizzle(tx), …)",
+      );
     }
     return client;
   }

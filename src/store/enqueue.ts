@@ -15,7 +15,9 @@ export function enqueueSql(s: string) {
   return {
     /**
      * §1.7 dedupe through the partial unique index (ON CONFLICT, never check-then-insert);
-     * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit.
+     * §1.9 one pg_notify in the inserting transaction, and none for a dedupe hit. Statements
+     * that may run on a caller's client return no void column (pg_notify's, cast to text): an ORM
+     * may fail to read one (Prisma does, skiplock/adapters).
      * §9 the producer span's trace context goes in with the row (a hit leaves the holder's alone).
      * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
      * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key, $12 trace_context (JSON or null).
@@ -28,7 +30,7 @@ export function enqueueSql(s: string) {
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       )
-      SELECT id::text AS id, pg_notify($10, 'jobs') FROM ins`,
+      SELECT id::text AS id, pg_notify($10, 'jobs')::text FROM ins`,
 
     /**
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
@@ -88,7 +90,7 @@ export function enqueueSql(s: string) {
           AND j.group_key IS NOT DISTINCT FROM EXCLUDED.group_key
         RETURNING j.id, (j.xmax = 0) AS created
       )
-      SELECT id::text AS id, created, pg_notify($11, 'jobs') FROM ins`,
+      SELECT id::text AS id, created, pg_notify($11, 'jobs')::text FROM ins`,
 
     /**
      * §8 throttle (`dedupe.windowMs`): takes the key's window row (created on first use) and
@@ -128,7 +130,7 @@ export function enqueueSql(s: string) {
         ON CONFLICT (pending_key) WHERE status = 'pending' AND pending_key IS NOT NULL DO NOTHING
         RETURNING id
       )
-      SELECT id::text AS id, pg_notify($10, 'jobs') FROM ins`,
+      SELECT id::text AS id, pg_notify($10, 'jobs')::text FROM ins`,
 
     /**
      * §8 the locks of keys of scope 'pending', all in one statement and in the one lock order

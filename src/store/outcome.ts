@@ -16,12 +16,14 @@ export function outcomeSql(s: string) {
     /**
      * §1.2/§1.3 running → done, only under the lease (all four fields). §1.9/§8 a job of a key of
      * scope 'pending' wakes workers: the key's queued job may start now. $5 result, $6 channel.
+     * No void column (pg_notify's is cast to text): it may run on an ORM's client, which may not
+     * read one (Prisma, skiplock/adapters).
      */
     complete: `
       UPDATE ${jobs} SET status = 'done', result = $5::jsonb, lease_until = NULL, worker_id = NULL,
                          updated_at = now()
       WHERE ${LEASE_GUARD}
-      RETURNING id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
+      RETURNING id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs')::text END AS notified`,
 
     /**
      * §1.2/§1.3 running → deleted (`retention: { completed: 'delete' }`), only under the lease;
@@ -35,7 +37,7 @@ export function outcomeSql(s: string) {
       ), counted AS (${countDeleted(s, 'done')}
       )
       SELECT id::text AS id, (SELECT count(*) FROM counted) AS counted,
-             CASE WHEN pending_key IS NOT NULL THEN pg_notify($5, 'jobs') END AS notified
+             CASE WHEN pending_key IS NOT NULL THEN pg_notify($5, 'jobs')::text END AS notified
       FROM done`,
 
     /**

@@ -23,10 +23,18 @@
  *  6. src/telemetry/otel-api.ts importing `@opentelemetry/api` statically (an optional peer
  *     dependency): with it removed from the consumer, the lean run died with "Cannot find
  *     package '@opentelemetry/api' imported from …/dist/telemetry/otel-api.js".
+ *  7. src/adapters/kysely.ts importing `CompiledQuery` from 'kysely' (a runtime import of an
+ *     optional peer): the adapters script died with "Cannot find package 'kysely'".
+ *  8. `./adapters` left out of `exports`: ERR_PACKAGE_PATH_NOT_EXPORTED.
+ *  9. src/index.ts re-exporting `fromKysely`: the import graph of dist/index.js reached
+ *     dist/adapters/ and the check failed.
  *
  * A Worker runs a job too; with no tracer provider registered no trace context is stored, and
  * without `@opentelemetry/api` at all (an optional peer dependency; here prom-client brings it,
  * and the lean run removes it) the Worker still runs (SPEC §9).
+ *
+ * `skiplock/adapters` (SPEC §9) is imported in the consumer without any of the optional ORM
+ * libraries installed, and a structural Knex transaction runs through it.
  *
  * It also type-checks a defined task (SPEC §9) through the shipped declarations, with a
  * hand-written Standard Schema and a wrong payload that must not compile.
@@ -35,9 +43,9 @@
  * in the repository root.
  */
 import { execFile } from 'node:child_process';
-import { mkdtemp, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, expect, test } from 'vitest';
 import { useTestDatabase } from '../support/database.js';
@@ -124,6 +132,40 @@ try {
 }
 `;
 
+/** `skiplock/adapters` with none of the ORM libraries installed: loads, refuses a non-transaction, runs SQL. */
+const ADAPTERS_SCRIPT = `
+import { ValidationError } from 'skiplock';
+import * as adapters from 'skiplock/adapters';
+
+const out = { resolved: import.meta.resolve('skiplock/adapters'), exports: Object.keys(adapters).sort() };
+try {
+  adapters.fromKnex({});
+} catch (error) {
+  out.refused = error instanceof ValidationError && error.field === 'client';
+}
+const calls = [];
+const trx = { isTransaction: true, raw: async (sql, bindings) => (calls.push({ sql, bindings }), { rows: [{ n: 7n }] }) };
+out.rows = (await adapters.fromKnex(trx).query('SELECT $2, $1, $2', ['a', 'b'])).rows;
+out.calls = calls;
+console.log(JSON.stringify(out));
+`;
+
+/** The relative imports reachable from a built module (static \`import … from\` / \`export … from\`). */
+async function importGraph(entry: string): Promise<string[]> {
+  const seen = new Set<string>();
+  const todo = [entry];
+  while (todo.length > 0) {
+    const file = todo.pop() as string;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const text = await readFile(file, 'utf8');
+    for (const match of text.matchAll(/(?:import|export)[^'"]*?from\s*['"](\.[^'"]+)['"]/g)) {
+      todo.push(join(dirname(file), match[1] as string));
+    }
+  }
+  return [...seen];
+}
+
 /** A strict TypeScript consumer: compiles only if the shipped declarations are complete and right. */
 const CONSUMER_TS = `
 import {
@@ -137,6 +179,7 @@ import {
   type JobStatus,
   type StandardSchemaV1,
 } from 'skiplock';
+import { fromKnex, fromPostgresJs } from 'skiplock/adapters';
 
 // A hand-written Standard Schema (the consumer has no validator library installed).
 const emailSchema: StandardSchemaV1<{ to: string }> = {
@@ -177,6 +220,11 @@ async function main(): Promise<void> {
   await queue.enqueue(sendEmail, { to: 'ada@example.com' });
   // @ts-expect-error the task's payload has a string \`to\`
   await queue.enqueue(sendEmail, { to: 42 });
+  // skiplock/adapters' declarations need none of the ORM libraries: a structural transaction fits.
+  const client = fromPostgresJs({ unsafe: async () => [], savepoint: () => undefined });
+  await queue.enqueue('email', { to: 'a' }, { client });
+  // @ts-expect-error a Knex transaction has raw()
+  fromKnex({ isTransaction: true });
   void created;
   void job;
   void field;
@@ -265,6 +313,28 @@ test('the packed tarball installs into an ESM project and runs a job end to end'
   expect(
     await db.sql(`SELECT count(*)::int AS n FROM ${SCHEMA}.jobs WHERE trace_context IS NOT NULL`),
   ).toEqual([{ n: 0 }]);
+
+  // skiplock/adapters loads without any of its optional libraries (none is installed here), and
+  // the main entry's import graph never reaches it.
+  const optional = ['kysely', 'drizzle-orm', 'knex', 'postgres', '@prisma/client'];
+  for (const name of optional) {
+    await expect(stat(join(consumerDir, 'node_modules', name))).rejects.toMatchObject({ code: 'ENOENT' });
+  }
+  await writeFile(join(consumerDir, 'adapters.mjs'), ADAPTERS_SCRIPT);
+  const adapters = await run(process.execPath, ['adapters.mjs'], { cwd: consumerDir });
+  expect(adapters.stderr).toBe('');
+  expect(adapters.code).toBe(0);
+  const loaded = JSON.parse(adapters.stdout.trim()) as { resolved: string };
+  expect(fileURLToPath(loaded.resolved)).toBe(join(installed, 'dist', 'adapters', 'index.js'));
+  expect(loaded).toMatchObject({
+    exports: ['fromDrizzle', 'fromKnex', 'fromKysely', 'fromPostgresJs', 'fromPrisma'],
+    refused: true,
+    rows: [{ n: '7' }],
+    calls: [{ sql: 'SELECT ?, ?, ?', bindings: ['b', 'a', 'b'] }],
+  });
+  const graph = await importGraph(join(installed, 'dist', 'index.js'));
+  expect(graph.length).toBeGreaterThan(10);
+  expect(graph.filter((file) => file.includes(`${join('dist', 'adapters')}`))).toEqual([]);
 
   // The shipped declarations type-check a strict consumer (compiled with the repo's tsc).
   await writeFile(join(consumerDir, 'consumer.ts'), CONSUMER_TS);
