@@ -226,17 +226,22 @@ export class NotFoundError extends SkiplockError {
 }
 
 /**
- * `queue.waitFor(id, { timeoutMs })`: the job had not finished when the time ran out (its row was
- * read once more first). `job` is that last reading; the job itself is not affected.
+ * `queue.waitFor(id, { timeoutMs })`: the job was not seen finished when the time ran out (its
+ * row was read once more first). `status` is what that last read found — null when the read
+ * failed (its error is the `cause`). The job itself is not affected.
  */
 export class WaitTimeoutError extends SkiplockError {
   readonly jobId: string;
-  readonly status: JobStatus;
+  readonly status: JobStatus | null;
 
-  constructor(jobId: string, status: JobStatus, timeoutMs: number) {
+  constructor(jobId: string, status: JobStatus | null, timeoutMs: number, options?: { cause?: unknown }) {
+    const reason = options?.cause instanceof Error ? options.cause.message : String(options?.cause);
     super(
       'ERR_WAIT_TIMEOUT',
-      `Job ${jobId} was still ${status} after ${timeoutMs} ms: wait longer (timeoutMs), or check on it with queue.get('${jobId}')`,
+      status === null
+        ? `Job ${jobId} was not seen finished within ${timeoutMs} ms, and its last read failed (${reason})`
+        : `Job ${jobId} was still ${status} after ${timeoutMs} ms: wait longer (timeoutMs), or check on it with queue.get('${jobId}')`,
+      options,
     );
     this.jobId = jobId;
     this.status = status;

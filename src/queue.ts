@@ -226,19 +226,23 @@ export class Queue {
    * unavailable (or `listen: false`), every 5 s otherwise, and once more on timeout. Rejects with
    * a `WaitTimeoutError` after `timeoutMs` (none by default), with the signal's reason when
    * `signal` aborts, with a `NotFoundError` if there is no such job (or it was deleted before it
-   * was seen finished), and with a `QueueClosedError` when the queue closes meanwhile.
+   * was seen finished), with the error itself when the job cannot be read for a reason no retry
+   * fixes (a schema not migrated, a missing database), and with a `QueueClosedError` when the
+   * queue closes meanwhile. While the database is away it keeps waiting (and retrying).
+   *
+   * `R` types `result` (the handler's return value, set when the job is `done`; it is not checked).
    *
    * @example
    * const { id } = await queue.enqueue(resizeImage, { url });
-   * const job = await queue.waitFor(id, { timeoutMs: 60_000 });
-   * if (job.status === 'done') console.log(job.result);
+   * const job = await queue.waitFor<{ thumbnail: string }>(id, { timeoutMs: 60_000 });
+   * if (job.status === 'done') console.log(job.result?.thumbnail);
    */
-  async waitFor(
+  async waitFor<R = unknown>(
     job: string | { id: string },
     options?: { timeoutMs?: number; signal?: AbortSignal },
-  ): Promise<Job> {
+  ): Promise<Job & { result: R | null }> {
     const { id, timeoutMs, signal } = waitForArgs(job, options);
-    return this.open().waitFor(id, timeoutMs, signal);
+    return (await this.open().waitFor(id, timeoutMs, signal)) as Job & { result: R | null };
   }
 
   /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */

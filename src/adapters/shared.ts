@@ -22,10 +22,20 @@ export function pgRows(rows: ArrayLike<unknown>): Record<string, unknown>[] {
   return Array.from(rows, (row) => {
     const plain: Record<string, unknown> = {};
     for (const [column, value] of Object.entries(row as Record<string, unknown>)) {
+      // Skiplock's statements name every column in lower case (dedupe_key, …): a capital means
+      // the library renamed it, and Skiplock would misread the row (a dedupe hit, say)
+      if (/[A-Z]/.test(column)) throw renamedColumn(column);
       plain[column] = typeof value === 'bigint' ? value.toString() : value;
     }
     return plain;
   });
+}
+
+function renamedColumn(column: string): ValidationError {
+  return new ValidationError(
+    'client',
+    `its library renamed a column of Skiplock's statement (got "${column}"): a column transform (postgres.js's transform: postgres.camel, Knex's postProcessResponse, …) is on. Pass a transaction of an instance without it (see docs/integrations.md)`,
+  );
 }
 
 const SQLSTATE = /^[0-9A-Z]{5}$/;

@@ -13,9 +13,11 @@
  * One LISTEN connection serves every waiter of the queue; it is opened on the first wait and
  * closed when the last one ends.
  */
+
+import { isConnectionError } from '../db/database-error.js';
 import { finishedChannel } from '../db/identifier.js';
 import { NotificationListener } from '../db/listener.js';
-import { NotFoundError, SkiplockError, WaitTimeoutError } from '../errors.js';
+import { DatabaseError, NotFoundError, WaitTimeoutError } from '../errors.js';
 import type { Job } from '../types.js';
 import type { Engine } from './engine.js';
 
@@ -105,16 +107,20 @@ export class FinishWaiter {
               error: new NotFoundError(
                 waiter.hinted
                   ? `Job ${waiter.id} no longer exists: it was deleted before it was seen finished (retention: { completed: 'delete' }, prune, or a manual DELETE)`
-                  : `Job ${waiter.id} does not exist`,
+                  : `Job ${waiter.id} does not exist (or was deleted already: retention: { completed: 'delete' } deletes jobs as they complete)`,
               ),
             });
           } else if (FINISHED.has(job.status)) this.settle(waiter, { job });
         } catch (error) {
-          // the database is away: the next hint, reconnection or poll reads again
-          this.engine.report(
-            error,
-            `reading job ${waiter.id} for waitFor failed; read again on the next hint or poll`,
-          );
+          // the database is away: the next hint, reconnection or poll reads again; anything
+          // else (not migrated, no such database or table, bad credentials) ends the wait now
+          if (!worthRetrying(error)) this.settle(waiter, { error });
+          else {
+            this.engine.report(
+              error,
+              `reading job ${waiter.id} for waitFor failed; read again on the next hint or poll`,
+            );
+          }
         }
       } while (waiter.again && !waiter.settled);
     })().finally(() => {
@@ -142,17 +148,16 @@ export class FinishWaiter {
     try {
       const job = await this.engine.store.observe.get(this.engine.pool, waiter.id);
       if (job === null)
-        this.settle(waiter, { error: new NotFoundError(`Job ${waiter.id} no longer exists`) });
+        this.settle(waiter, {
+          error: new NotFoundError(`Job ${waiter.id} no longer exists: it was deleted`),
+        });
       else if (FINISHED.has(job.status)) this.settle(waiter, { job });
       else this.settle(waiter, { error: new WaitTimeoutError(waiter.id, job.status, timeoutMs) });
     } catch (error) {
-      const reason = error instanceof Error ? error.message : String(error);
       this.settle(waiter, {
-        error: new SkiplockError(
-          'ERR_WAIT_TIMEOUT',
-          `Job ${waiter.id} was not seen finished within ${timeoutMs} ms, and its last read failed (${reason})`,
-          { cause: error },
-        ),
+        error: worthRetrying(error)
+          ? new WaitTimeoutError(waiter.id, null, timeoutMs, { cause: error })
+          : error,
       });
     }
   }
@@ -237,4 +242,13 @@ export class FinishWaiter {
       this.checkAll();
     }, every); // not unref'd: a caller waiting for a job keeps the process alive
   }
+}
+
+/**
+ * A failed read a later one may not meet: the database away, restarting or overloaded, or a
+ * statement cancelled (57014: a slow moment). Not a misconfiguration, which ends the wait.
+ */
+function worthRetrying(error: unknown): boolean {
+  if (error instanceof DatabaseError && /^(57014|40001|40P01)$/.test(error.sqlState ?? '')) return true;
+  return isConnectionError(error);
 }

@@ -7,7 +7,10 @@
  * dropped (nothing bound).
  */
 import postgres from 'postgres';
+import { describe, expect, test } from 'vitest';
 import { fromPostgresJs } from '../../src/adapters/index.js';
+import { ValidationError } from '../../src/errors.js';
+import { useTestDatabase } from '../support/database.js';
 import { adapterSuite } from './conformance.js';
 
 adapterSuite('postgres-js', async (url) => {
@@ -17,4 +20,26 @@ adapterSuite('postgres-js', async (url) => {
     onNonTransaction: () => fromPostgresJs(sql as never),
     close: () => sql.end(),
   };
+});
+
+describe('a column transform', () => {
+  const db = useTestDatabase();
+  test("postgres.camel renames Skiplock's columns: a ValidationError that names the transform, not a misread row", async () => {
+    // Before: a dedupe hit read `dedupeKey` instead of `dedupe_key`, found no holder, and
+    // failed with "kept conflicting with jobs that finished… retry the call" — which never helps.
+    const sql = postgres(db.url, { max: 1, transform: postgres.camel, onnotice: () => undefined });
+    const queue = db.queue();
+    try {
+      const error = await sql
+        .begin(async (tx) => {
+          await queue.enqueue('pgjs.camel', {}, { client: fromPostgresJs(tx), dedupeKey: 'camel' });
+          await queue.enqueue('pgjs.camel', {}, { client: fromPostgresJs(tx), dedupeKey: 'camel' });
+        })
+        .catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ValidationError);
+      expect((error as Error).message).toMatch(/renamed a column .*postgres\.camel/);
+    } finally {
+      await sql.end();
+    }
+  });
 });

@@ -254,4 +254,13 @@ describe('queue.waitFor', () => {
     await queue.complete(lease, 1);
     expect((await within(5_000, waiting)).status).toBe('done');
   });
+
+  test('a schema that was never migrated rejects at once (no silent wait until the timeout)', async () => {
+    const queue = db.queue({ schema: 'wait_for_never_migrated' });
+    const started = performance.now();
+    const error = await queue.waitFor('1', { timeoutMs: 30_000 }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'ERR_NOT_MIGRATED' });
+    expect(performance.now() - started).toBeLessThan(10_000);
+    await expect(queue.waitFor('1')).rejects.toMatchObject({ code: 'ERR_NOT_MIGRATED' });
+  });
 });

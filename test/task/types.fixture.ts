@@ -82,3 +82,15 @@ defineTask({
 export function workers(): Worker {
   return new Worker({ queue, tasks: [sendEmail, resize, audit] });
 }
+
+/** §9 waitFor's result type: unknown unless given; then `result` is typed (and nullable). */
+export async function waiting(): Promise<void> {
+  const untyped = await queue.waitFor('1');
+  // @ts-expect-error result is unknown until typed
+  untyped.result.messageId;
+  const job = await queue.waitFor<{ messageId: string }>({ id: '1' }, { timeoutMs: 1_000 });
+  const id: string | undefined = job.result?.messageId;
+  // @ts-expect-error result may be null (not done)
+  job.result.messageId;
+  void id;
+}
