@@ -6,7 +6,7 @@
 import pg from 'pg';
 import { Batcher, type Settled } from '../core/batcher.js';
 import type { NewJob } from '../core/job-spec.js';
-import { isConnectionError } from '../db/database-error.js';
+import { isConnectionError, toDatabaseError } from '../db/database-error.js';
 import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.js';
 import { DatabaseError } from '../errors.js';
 import type { EnqueueResult } from '../types.js';
@@ -42,7 +42,11 @@ export class Enqueuer {
 
   private insert(job: NewJob, db: Executor | undefined): Promise<EnqueueResult> {
     if (job.dedupe !== null) return this.insertWithMode(db, job);
-    if (db === undefined && this.batcher) return this.batcher.add(job);
+    if (db === undefined && this.batcher) {
+      const batcher = this.batcher;
+      // the batch is flushed for every caller in it: scheduled outside any caller's span
+      return this.engine.tracing ? this.engine.tracing.detached(() => batcher.add(job)) : batcher.add(job);
+    }
     return this.insertOne(db ?? this.engine.pool, job);
   }
 
@@ -133,12 +137,15 @@ export class Enqueuer {
     try {
       await db.query('SAVEPOINT skiplock_enqueue');
     } catch (error) {
-      if ((error as { code?: string }).code !== '25P01') throw error; // 25P01: not in a transaction
+      // 25P01: not in a transaction
+      if ((error as { code?: string }).code !== '25P01') throw toDatabaseError(error, this.engine.schema);
       return ownTransaction(db, fn);
     }
     try {
       const result = await fn(db);
-      await db.query('RELEASE SAVEPOINT skiplock_enqueue');
+      await db.query('RELEASE SAVEPOINT skiplock_enqueue').catch((error: unknown) => {
+        throw toDatabaseError(error, this.engine.schema);
+      });
       return result;
     } catch (error) {
       await db.query('ROLLBACK TO SAVEPOINT skiplock_enqueue').catch(() => undefined);

@@ -75,7 +75,12 @@ export class Tracing {
   ): Promise<T> {
     const api = otelApi();
     if (api === undefined) return loadOtelApi().then(() => this.send(jobs, write));
-    const tracer = api === null ? null : this.activeTracer(api);
+    let tracer: Tracer | null = null;
+    try {
+      tracer = api === null ? null : this.activeTracer(api);
+    } catch (error) {
+      if (api) report(api, 'finding the tracer', error);
+    }
     if (api === null || tracer === null) return write();
     return traceSend(api, tracer, jobs, write);
   }
@@ -87,8 +92,22 @@ export class Tracing {
   process(job: ClaimedJob): ProcessSpan | null {
     const api = otelApi();
     if (!api) return null;
-    const tracer = this.activeTracer(api);
-    return tracer === null ? null : startProcess(api, tracer, job);
+    try {
+      const tracer = this.activeTracer(api);
+      return tracer === null ? null : startProcess(api, tracer, job);
+    } catch (error) {
+      report(api, 'starting a consumer span', error);
+      return null;
+    }
+  }
+
+  /**
+   * Runs `fn` with no span active: work shared by many callers (the automatic enqueue batch's
+   * INSERT, scheduled by whichever call came first) must not become one caller's child.
+   */
+  detached<T>(fn: () => T): T {
+    const api = otelApi();
+    return api ? runIn(api, api.ROOT_CONTEXT, fn) : fn();
   }
 
   /** The tracer to use now, or null while the global provider is the API's no-op one. */
@@ -130,17 +149,32 @@ async function traceSend<T extends EnqueueResult | EnqueueResult[]>(
   };
   if (queue !== null) attributes['messaging.destination.name'] = queue;
   if (task !== null) attributes['skiplock.task'] = task;
-  const span = tracer.startSpan(queue === null ? 'send' : `send ${queue}`, {
-    kind: api.SpanKind.PRODUCER,
-    attributes,
-  });
-  const ctx = api.trace.setSpan(api.context.active(), span);
-  const carrier: Record<string, string> = {};
-  api.propagation.inject(ctx, carrier);
-  const traceContext = Object.keys(carrier).length > 0 ? JSON.stringify(carrier) : null;
-  for (const job of jobs) job.traceContext = traceContext;
+  let span: Span;
+  let ctx: Context;
   try {
-    const result = await api.context.with(ctx, write);
+    span = tracer.startSpan(queue === null ? 'send' : `send ${queue}`, {
+      kind: api.SpanKind.PRODUCER,
+      attributes,
+    });
+    ctx = api.trace.setSpan(api.context.active(), span);
+    const carrier: Record<string, string> = {};
+    api.propagation.inject(ctx, carrier);
+    const traceContext = Object.keys(carrier).length > 0 ? JSON.stringify(carrier) : null;
+    for (const job of jobs) job.traceContext = traceContext;
+  } catch (error) {
+    report(api, 'starting a producer span', error);
+    for (const job of jobs) job.traceContext = null;
+    return write();
+  }
+  let result: T;
+  try {
+    result = await runIn(api, ctx, write);
+  } catch (error) {
+    guard(api, 'recording an enqueue error', () => recordError(api, span, error));
+    guard(api, 'ending a producer span', () => span.end());
+    throw error;
+  }
+  guard(api, 'ending a producer span', () => {
     if (Array.isArray(result)) {
       span.setAttribute('messaging.batch.message_count', result.length);
       span.setAttribute('skiplock.created_count', result.filter((r) => r.created).length);
@@ -148,12 +182,40 @@ async function traceSend<T extends EnqueueResult | EnqueueResult[]>(
       span.setAttribute('messaging.message.id', result.id);
       span.setAttribute('skiplock.created', result.created);
     }
-    return result;
+  });
+  guard(api, 'ending a producer span', () => span.end());
+  return result;
+}
+
+/** `fn` in `ctx`; if the context manager fails before calling it, `fn` as it is (never twice). */
+function runIn<T>(api: OtelApi, ctx: Context, fn: () => T): T {
+  let called = false;
+  try {
+    return api.context.with(ctx, () => {
+      called = true;
+      return fn();
+    });
   } catch (error) {
-    recordError(api, span, error);
-    throw error;
-  } finally {
-    span.end();
+    if (called) throw error;
+    report(api, 'entering a span context', error);
+    return fn();
+  }
+}
+
+/** Tracing must never change a job's fate: what it throws goes to OTel's diag logger. */
+function guard(api: OtelApi, during: string, fn: () => void): void {
+  try {
+    fn();
+  } catch (error) {
+    report(api, during, error);
+  }
+}
+
+function report(api: OtelApi, during: string, error: unknown): void {
+  try {
+    api.diag.error(`skiplock: ${during} failed`, error);
+  } catch {
+    // nothing left to tell
   }
 }
 
@@ -197,17 +259,19 @@ export class ProcessSpan {
 
   /** Calls `fn` with this span active (spans `fn` starts are its children). */
   run<T>(fn: () => T): T {
-    return this.api.context.with(this.context, fn);
+    return runIn(this.api, this.context, fn);
   }
 
   /** The attempt failed with `error` (thrown by the handler, or its deadline). */
   fail(error: unknown): void {
-    recordError(this.api, this.span, error);
+    guard(this.api, 'recording an attempt error', () => recordError(this.api, this.span, error));
   }
 
   end(outcome: AttemptOutcome): void {
-    this.span.setAttribute('skiplock.outcome', outcome);
-    this.span.end();
+    guard(this.api, 'ending a consumer span', () => {
+      this.span.setAttribute('skiplock.outcome', outcome);
+      this.span.end();
+    });
   }
 }
 
