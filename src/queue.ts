@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { errorText } from './core/error-text.js';
+import { toFlowPlan } from './core/flow-spec.js';
 import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
 import {
   claimArgs,
@@ -17,6 +18,7 @@ import {
 import { toScheduleSpec } from './core/schedule-spec.js';
 import {
   optionsObject,
+  requireFlowId,
   requireInt,
   requireJobId,
   requireLease,
@@ -47,6 +49,9 @@ import type {
   EnqueueCallOptions,
   EnqueueOptions,
   EnqueueResult,
+  FlowGraph,
+  FlowNode,
+  FlowResult,
   Job,
   JobPage,
   JobSpec,
@@ -145,6 +150,44 @@ export class Queue {
     await checkSpecPayloads(specs, jobs);
     if (jobs.length === 0) return [];
     return engine.enqueuer.enqueueMany(jobs, client === undefined ? undefined : engine.writer(client));
+  }
+
+  /**
+   * Adds a flow (SPEC §10): jobs that depend on each other by `ref` (or on existing jobs by id),
+   * all written or none — inside your transaction with `client`. A node whose dependencies are
+   * not all done is `waiting`; the transaction that finishes its last one makes it pending. A
+   * cycle, an unknown ref, a dependency on a job that does not exist or a dedupe option is a
+   * ValidationError, nothing written. Returns the flow's id and each node's job id by ref.
+   *
+   * @example
+   * const { flowId, jobs } = await queue.enqueueFlow([
+   *   { ref: 'a', task: 'fetch', payload: { url: urlA } },
+   *   { ref: 'b', task: 'fetch', payload: { url: urlB } },
+   *   { ref: 'merge', task: 'merge', payload: {}, dependsOn: ['a', 'b'] },
+   * ]);
+   */
+  async enqueueFlow(
+    nodes: readonly (FlowNode | (Omit<FlowNode, 'task'> & { task: Task<unknown, unknown, unknown> }))[],
+    options?: EnqueueCallOptions,
+  ): Promise<FlowResult> {
+    const engine = this.open();
+    const client = clientOption(options);
+    const plan = toFlowPlan(specsWithTaskDefaults(nodes));
+    await checkSpecPayloads(
+      nodes,
+      plan.nodes.map((node) => node.job),
+    );
+    return engine.flows.enqueueFlow(plan, client === undefined ? undefined : engine.writer(client));
+  }
+
+  /** The jobs of a flow, oldest first (SPEC §10); empty when there is no such flow. */
+  async flow(flowId: string): Promise<Job[]> {
+    return (await this.open().flows.graph(requireFlowId(flowId))).jobs;
+  }
+
+  /** A flow's jobs and the edges between them (what the dashboard draws). */
+  async flowGraph(flowId: string): Promise<FlowGraph> {
+    return this.open().flows.graph(requireFlowId(flowId));
   }
 
   /**

@@ -2,11 +2,22 @@
 
 import type { Task } from './task/task.js';
 
-/** Where a job is in its life. `pending` and `running` are active; the others are finished. */
-export type JobStatus = 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
+/**
+ * Where a job is in its life. `pending` and `running` are active; `waiting` is a job whose
+ * dependencies are not all done yet (SPEC §10: not claimable, not backlog); the others are
+ * finished.
+ */
+export type JobStatus = 'waiting' | 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
 
 /** Every status, in lifecycle order. */
-export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'running', 'done', 'dead', 'cancelled'];
+export const JOB_STATUSES: readonly JobStatus[] = [
+  'waiting',
+  'pending',
+  'running',
+  'done',
+  'dead',
+  'cancelled',
+];
 
 /** A JSON value as stored in `payload` and `result`. */
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
@@ -47,6 +58,10 @@ export interface Job<P = unknown> {
    * job finishes and across attempts until the next report (SPEC §9).
    */
   progress: unknown;
+  /** The flow it belongs to (`enqueueFlow`, SPEC §10), or null. */
+  flowId: string | null;
+  /** Its `ref` in that flow, or null. */
+  flowRef: string | null;
 }
 
 /**
@@ -89,6 +104,50 @@ export interface EnqueueOptions {
    * are claimed round-robin, and the queue's groupConcurrency / groupRateLimit apply per group.
    */
   group?: string | null;
+  /**
+   * Jobs this one waits for (SPEC §10): it stays `waiting` until all of them are done, then
+   * becomes pending in the transaction that finished the last one. Already done: pending at
+   * once. Not with dedupe options.
+   */
+  dependsOn?: readonly string[];
+  /**
+   * What a dependency that ends dead or cancelled does to this job: 'cancel' (default) cancels
+   * it (and what depends on it; requeueing the dependency brings them back), 'run' lets it run
+   * once the others are done.
+   */
+  onDependencyFailure?: 'cancel' | 'run';
+}
+
+/**
+ * One node of `enqueueFlow` (SPEC §10): an `enqueueMany` spec plus its `ref` in the flow;
+ * `dependsOn` names other nodes by ref, or existing jobs by id.
+ */
+export interface FlowNode extends Omit<EnqueueOptions, 'dedupeKey' | 'dedupe'> {
+  ref: string;
+  task: string;
+  payload?: unknown;
+}
+
+/** What `enqueueFlow` wrote: the flow's id, and each node's job id by ref. */
+export interface FlowResult {
+  flowId: string;
+  jobs: Record<string, string>;
+}
+
+/** One dependency as `ctx.dependencies()` shows it (keyed by its ref in the flow, else its id). */
+export interface DependencyState {
+  id: string;
+  status: JobStatus;
+  /** Its handler's result once done, else null. */
+  result: unknown;
+}
+
+/** A flow (SPEC §10): its jobs, oldest first, and the edges between them. */
+export interface FlowGraph {
+  flowId: string;
+  jobs: Job[];
+  /** `job` depends on `dependsOn` (ids); dependencies outside the flow are included. */
+  edges: { job: string; dependsOn: string }[];
 }
 
 /** Dedupe modes (SPEC §8), each enforced by the database. */
@@ -216,6 +275,8 @@ export interface PruneOptions {
  * are exact up to 10,000 rows each (a bounded index read) and estimated from table statistics above that, so the snapshot stays cheap on a table of millions of finished jobs (SPEC §7).
  */
 export interface OpsSnapshot {
+  /** Jobs whose dependencies are not all done yet (SPEC §10): not backlog. */
+  waiting: number;
   pending: number;
   running: number;
   done: number;

@@ -21,6 +21,7 @@ export const style = {
 };
 
 const STATUS_STYLE: Record<JobStatus, (text: string) => string> = {
+  waiting: style.dim,
   pending: style.yellow,
   running: style.cyan,
   done: style.green,

@@ -28,6 +28,9 @@ export interface JobRow {
   /** Claims so far, as text: the claim token of the latest claim. */
   claims: string;
   group_key: string | null;
+  /** §10 the flow and the job's ref in it (absent from rows of statements that do not select them). */
+  flow_id?: string | null;
+  flow_ref?: string | null;
   /** §9 JSON progress (absent from rows of statements that do not select it). */
   progress?: unknown;
   /** §9 claims only: the stored trace context as JSON text, or null. */
@@ -59,6 +62,8 @@ export function toJob(row: JobRow): Job {
     dedupeKey: row.dedupe_key,
     group: row.group_key ?? null,
     progress: row.progress ?? null,
+    flowId: row.flow_id ?? null,
+    flowRef: row.flow_ref ?? null,
     attempts: Number(row.attempts),
     maxAttempts: Number(row.max_attempts),
     runAfter: toDate(row.run_after),

@@ -1,10 +1,12 @@
 import { ValidationError } from '../errors.js';
 import type { EnqueueOptions } from '../types.js';
 import {
+  describe,
   optionsObject,
   rejectUnknownKeys,
   requireDate,
   requireInt,
+  requireJobId,
   requireMs,
   requireName,
   toJsonText,
@@ -45,6 +47,10 @@ export interface NewJob {
    * carrier (`{"traceparent":"00-…"}`), or null (not traced: the column stays NULL).
    */
   traceContext: string | null;
+  /** §10 the existing jobs it depends on (canonical ids, no repeats), or null. */
+  dependsOn: string[] | null;
+  /** §10 `onDependencyFailure: 'run'`. */
+  runOnDependencyFailure: boolean;
 }
 
 const OPTION_KEYS = [
@@ -57,6 +63,8 @@ const OPTION_KEYS = [
   'timeoutMs',
   'dedupe',
   'group',
+  'dependsOn',
+  'onDependencyFailure',
 ];
 const ENQUEUE_KEYS = [...OPTION_KEYS, 'client'];
 const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
@@ -69,6 +77,15 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
   const at = (field: string) => `${prefix}${field}`;
   if (options.runAt !== undefined && options.delayMs !== undefined) {
     throw new ValidationError(at('runAt'), 'give either runAt or delayMs, not both');
+  }
+  const dependsOn = dependsOnArg(options.dependsOn, at('dependsOn'), (entry, field) =>
+    requireJobId(entry, field),
+  );
+  if (dependsOn !== null && (options.dedupeKey != null || options.dedupe != null)) {
+    throw new ValidationError(
+      at('dependsOn'),
+      'cannot be combined with dedupeKey or dedupe: a waiting job holds no key (enqueue the dependent without one)',
+    );
   }
   return {
     task: requireName(task, at('task')),
@@ -93,7 +110,39 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
     group: groupArg(options, at),
     dedupe: dedupeMode(options, at),
     traceContext: null,
+    dependsOn,
+    runOnDependencyFailure: onDependencyFailureArg(options.onDependencyFailure, at('onDependencyFailure')),
   };
+}
+
+/** Most dependencies of one job. */
+export const MAX_DEPENDENCIES = 10_000;
+
+/**
+ * §10 `dependsOn`: an array of entries checked by `entry`, repeats dropped; null when absent or
+ * empty.
+ */
+export function dependsOnArg(
+  value: unknown,
+  field: string,
+  entry: (value: unknown, field: string) => string,
+): string[] | null {
+  if (value === undefined || value === null) return null;
+  if (!Array.isArray(value)) {
+    throw new ValidationError(field, `must be an array of job ids, got ${describe(value)}`);
+  }
+  if (value.length > MAX_DEPENDENCIES) {
+    throw new ValidationError(field, `must have at most ${MAX_DEPENDENCIES} entries, got ${value.length}`);
+  }
+  const out = [...new Set(value.map((item, i) => entry(item, `${field}[${i}]`)))];
+  return out.length === 0 ? null : out;
+}
+
+/** §10 `onDependencyFailure`: 'cancel' (default) or 'run'; true for 'run'. */
+export function onDependencyFailureArg(value: unknown, field: string): boolean {
+  if (value === undefined || value === null || value === 'cancel') return false;
+  if (value === 'run') return true;
+  throw new ValidationError(field, `must be 'cancel' or 'run', got ${describe(value)}`);
 }
 
 /** Longest group key, in UTF-8 bytes: it sits in the grouped claim index next to the queue name. */
@@ -186,7 +235,7 @@ export function toNewJobs(specs: unknown): NewJob[] {
   if (!Array.isArray(specs)) {
     throw new ValidationError('specs', 'must be an array of { task, payload, ...options }');
   }
-  return specs.map((spec: unknown, i) => {
+  const jobs = specs.map((spec: unknown, i) => {
     const prefix = `specs[${i}].`;
     if (typeof spec !== 'object' || spec === null || Array.isArray(spec)) {
       throw new ValidationError(`specs[${i}]`, 'must be an object { task, payload, ...options }');
@@ -195,4 +244,15 @@ export function toNewJobs(specs: unknown): NewJob[] {
     const { task, payload, ...options } = spec as Record<string, unknown>;
     return toNewJob(task, payload, options as EnqueueOptions, prefix);
   });
+  // §10 jobs with dependencies go in with their edges, in a statement that has no dedupe
+  if (jobs.some((job) => job.dependsOn !== null)) {
+    const keyed = jobs.findIndex((job) => job.dedupeKey !== null);
+    if (keyed >= 0) {
+      throw new ValidationError(
+        `specs[${keyed}].dedupeKey`,
+        'cannot be in one enqueueMany call with jobs that have dependsOn: enqueue them in two calls',
+      );
+    }
+  }
+  return jobs;
 }

@@ -106,6 +106,20 @@ export function requireJobId(value: unknown, field = 'id'): string {
   return text;
 }
 
+/** A flow id (SPEC §10): a UUID as `enqueueFlow` returns it. Returns it in lower case. */
+export function requireFlowId(value: unknown, field = 'flowId'): string {
+  if (
+    typeof value !== 'string' ||
+    !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value)
+  ) {
+    throw new ValidationError(
+      field,
+      `must be a flow id (a UUID, as enqueueFlow returns it), got ${describe(value)}`,
+    );
+  }
+  return value.toLowerCase();
+}
+
 /** A lease as returned by `claim` (SPEC §1.3). */
 export function requireLease(value: unknown, field = 'lease'): Lease {
   if (typeof value !== 'object' || value === null) {

@@ -23,6 +23,7 @@ import { type Tracing, tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob, Job, Lease } from '../types.js';
 import { Completer } from './completer.js';
 import { Enqueuer } from './enqueuer.js';
+import { Flows } from './flows.js';
 import { LimitedQueues } from './queues.js';
 import { type EngineSettings, engineSettings, type QueueOptions } from './settings.js';
 import { FinishWaiter } from './waiter.js';
@@ -34,6 +35,7 @@ export class Engine {
   readonly readPool: ManagedPool | null;
   readonly enqueuer: Enqueuer;
   readonly completer: Completer;
+  readonly flows: Flows;
   /** The limited queues as this process last read them (the worker's limited claims). */
   readonly limits: LimitedQueues;
   /** §9 OpenTelemetry spans, or null with `telemetry: false`. */
@@ -81,6 +83,7 @@ export class Engine {
     this.tracing = this.settings.telemetry ? tracing() : null;
     this.enqueuer = new Enqueuer(this);
     this.completer = new Completer(this);
+    this.flows = new Flows(this);
     this.limits = new LimitedQueues(this);
   }
 

@@ -34,6 +34,9 @@ export class Enqueuer {
    * has a dedupe mode (§8: one statement or transaction of its own).
    */
   enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
+    // §10 a job with dependencies goes in with its edges, its dependencies locked
+    if (job.dependsOn !== null)
+      return this.engine.flows.enqueueDependent([job], db).then((r) => r[0] as EnqueueResult);
     const { tracing } = this.engine;
     // §9 one PRODUCER span per call, its trace context stored with the job (when tracing: no
     // closure or array is made for a call that cannot be traced)
@@ -56,6 +59,8 @@ export class Enqueuer {
    * follow): all rows or none.
    */
   enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+    // §10 a batch with dependencies goes in with its edges (checked: none of it has a dedupe key)
+    if (jobs.some((job) => job.dependsOn !== null)) return this.engine.flows.enqueueDependent(jobs, db);
     const { tracing } = this.engine;
     // §9 one PRODUCER span for the whole call, its trace context stored with every job
     return tracing?.mayTrace()
@@ -131,7 +136,7 @@ export class Enqueuer {
    * usable) — or, when the client is not in a transaction, in one of its own. A throttle's
    * window-row lock must be held until its job is written (§8).
    */
-  private async atomically<T>(db: Executor | undefined, fn: (tx: Executor) => Promise<T>): Promise<T> {
+  async atomically<T>(db: Executor | undefined, fn: (tx: Executor) => Promise<T>): Promise<T> {
     if (db === undefined) return inTransaction(this.engine.pool, fn);
     if (isPool(db)) return inTransaction(db, fn);
     try {

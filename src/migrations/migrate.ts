@@ -14,6 +14,7 @@ import { pendingScope } from './010-pending-scope.js';
 import { progress } from './011-progress.js';
 import { waitHints } from './012-wait-hints.js';
 import { traceContext } from './013-trace-context.js';
+import { workflows } from './014-workflows.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -31,6 +32,7 @@ export const MIGRATIONS: readonly Migration[] = [
   progress,
   waitHints,
   traceContext,
+  workflows,
 ];
 
 /** The schema version this package needs. */

@@ -17,6 +17,13 @@ export interface Transition {
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function adminSql(s: string) {
   const jobs = `${s}.jobs`;
+  /**
+   * §10 a finished job may be deleted once no dependent of it can still run: its dependents read
+   * its status and result (ctx.dependencies), and a requeue of it brings back what it cancelled.
+   */
+  const DEPENDENTS_DONE = (alias: string) => `(NOT ${alias}.has_dependents OR NOT EXISTS (
+          SELECT 1 FROM ${s}.job_dependencies AS d JOIN ${jobs} AS c ON c.id = d.job_id
+          WHERE d.depends_on = ${alias}.id AND c.status IN ('waiting', 'pending', 'running')))`;
   return {
     /**
      * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
@@ -87,7 +94,8 @@ export function adminSql(s: string) {
       ORDER BY j.id LIMIT $3 -- the bigint id, not the text alias`,
 
     /**
-     * §1.2 pending → cancelled at once; running → cancellation requested (flag, plus a NOTIFY
+     * §1.2 pending (§10 or waiting) → cancelled at once, and what depends on it with it (the
+     * trigger of migration 14); running → cancellation requested (flag, plus a NOTIFY
      * that the owning worker acts on). Finished jobs are left alone. The row is locked first and
      * the transition decided on the locked (latest committed) status, so the status before and
      * after come from one statement on the primary: no row is an unknown id, `after` null a job
@@ -99,12 +107,12 @@ export function adminSql(s: string) {
         SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
       ), cancelled AS (
         UPDATE ${jobs} AS j SET
-          status = CASE WHEN t.status = 'pending' THEN 'cancelled' ELSE j.status END,
+          status = CASE WHEN t.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
           cancel_requested_at = CASE WHEN t.status = 'running' THEN coalesce(j.cancel_requested_at, now())
                                      ELSE j.cancel_requested_at END,
           updated_at = now()
         FROM target AS t
-        WHERE j.id = t.id AND t.status IN ('pending', 'running')
+        WHERE j.id = t.id AND t.status IN ('pending', 'running', 'waiting')
         RETURNING j.id, j.status
       )
       SELECT t.status AS before, c.status AS after,
@@ -119,7 +127,7 @@ export function adminSql(s: string) {
       WITH victims AS (
         SELECT id FROM ${jobs}
         WHERE id > $3::bigint AND status = ANY($1::text[])
-          AND updated_at < now() - $2::float8 * interval '1 millisecond'
+          AND updated_at < now() - $2::float8 * interval '1 millisecond' AND ${DEPENDENTS_DONE('jobs')}
         ORDER BY id
         LIMIT $4
       ), deleted AS (
@@ -141,7 +149,7 @@ export function adminSql(s: string) {
       WITH victims AS MATERIALIZED (
         SELECT id FROM ${jobs}
         WHERE status IN ('done', 'dead', 'cancelled')
-          AND updated_at < now() - $1::float8 * interval '1 millisecond'
+          AND updated_at < now() - $1::float8 * interval '1 millisecond' AND ${DEPENDENTS_DONE('jobs')}
         ORDER BY updated_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED

@@ -16,7 +16,7 @@ export const JOB_COLUMNS =
   'attempts, max_attempts, ' +
   `${MS('run_after')}, ${MS('lease_until')}, worker_id, ${MS('run_started_at')}, timeout_ms, last_error, ` +
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
-  'claims::text AS claims, group_key, progress';
+  'claims::text AS claims, group_key, progress, flow_id::text AS flow_id, flow_ref';
 
 /**
  * §9 what a claim returns besides {@link JOB_COLUMNS}: the job's stored trace context, as text
@@ -28,7 +28,7 @@ export const TRACE_CONTEXT = 'trace_context::text AS trace_context';
 export const JOB_COLUMN_NAMES =
   'id, queue, task, status, priority, payload, result, dedupe_key, attempts, max_attempts, run_after, ' +
   'lease_until, worker_id, run_started_at, timeout_ms, last_error, cancel_requested_at, created_at, ' +
-  'updated_at, attempted_by, claims, group_key, progress';
+  'updated_at, attempted_by, claims, group_key, progress, flow_id, flow_ref';
 
 /**
  * §8 scope 'pending': the key's queued job, found under the key's lock (`pending_holder`,
@@ -57,6 +57,18 @@ export const TOOK_OVER = (from: string, attempt: string, error: string) =>
 /** §8 what a job superseded by `holder` (an id) notes in last_error; `key` its pending_key. */
 export const SUPERSEDED = (holder: string, key: string) =>
   `format('Superseded: job %s was already queued for dedupe key %s (scope ''pending''), so this job was cancelled instead of going back to the queue', ${holder}, ${key})`;
+
+/**
+ * §10 the dependents of the jobs whose ids are the array `ids` (SQL), locked in id order — as
+ * the body of a MATERIALIZED CTE that a batch statement reads before it changes any of those
+ * jobs: their triggers then find every dependent already locked, and two batches that share
+ * dependents queue on them in one order instead of deadlocking (a trigger of one row locks
+ * only its own dependents). An index probe per id when there are none.
+ */
+export const LOCK_DEPENDENTS = (s: string, ids: string) => `
+        SELECT c.id FROM ${s}.jobs AS c
+        WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ANY (${ids}::bigint[]))
+        ORDER BY c.id FOR NO KEY UPDATE OF c`;
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 export const ACTIVE = `status IN ('pending', 'running')`;

@@ -11,6 +11,7 @@
  *   store.admin     requeue, requeueDeadBatch, deadIds, cancel, pruneBatch, pruneFinished (admin.ts)
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
  *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
+ *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
  *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
  */
 
@@ -19,6 +20,7 @@ import { quoteIdent } from '../db/identifier.js';
 import { AdminStatements, adminSql } from './admin.js';
 import { ClaimStatements, claimSql } from './claim.js';
 import { EnqueueStatements, enqueueSql } from './enqueue.js';
+import { FlowStatements, flowSql } from './flows.js';
 import { LeaseStatements, leaseSql } from './lease.js';
 import { ObserveStatements, observeSql } from './observe.js';
 import { OutcomeStatements, outcomeSql } from './outcome.js';
@@ -44,6 +46,7 @@ export class JobStore {
   readonly observe: ObserveStatements;
   readonly schedule: ScheduleStatements;
   readonly queues: QueueStatements;
+  readonly flows: FlowStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -59,6 +62,7 @@ export class JobStore {
     this.observe = new ObserveStatements(this.runner, observeSql(s));
     this.schedule = new ScheduleStatements(this.runner, scheduleSql(s));
     this.queues = new QueueStatements(this.runner, queueSql(s));
+    this.flows = new FlowStatements(this.runner, flowSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

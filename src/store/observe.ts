@@ -85,7 +85,7 @@ export function observeSql(s: string) {
 
     /**
      * §5/§7 a bounded page, newest first: no filter can make it read the whole table.
-     * - A status with a partial index (pending, running, dead, cancelled) is read through it, at
+     * - A status with a partial index (waiting, pending, running, dead, cancelled) is read through it, at
      *   most $6 + 1 rows; when it has no more than $6 rows they are all the candidates, and the
      *   answer is complete (`scanned_to` null).
      * - Otherwise (no status, `done`, or more than $6 rows of it) the $6 newest rows below the
@@ -99,6 +99,8 @@ export function observeSql(s: string) {
      */
     listPage: `
       WITH by_status AS MATERIALIZED (
+        (SELECT id, task, queue FROM ${jobs} WHERE status = 'waiting' AND $1::text = 'waiting' LIMIT $6::int + 1)
+        UNION ALL
         (SELECT id, task, queue FROM ${jobs} WHERE status = 'pending' AND $1::text = 'pending' LIMIT $6::int + 1)
         UNION ALL
         (SELECT id, task, queue FROM ${jobs} WHERE status = 'running' AND $1::text = 'running' LIMIT $6::int + 1)
@@ -107,7 +109,7 @@ export function observeSql(s: string) {
         UNION ALL
         (SELECT id, task, queue FROM ${jobs} WHERE status = 'cancelled' AND $1::text = 'cancelled' LIMIT $6::int + 1)
       ), whole AS MATERIALIZED (
-        SELECT count(*) <= $6::int AND coalesce($1::text IN ('pending', 'running', 'dead', 'cancelled'), false) AS yes
+        SELECT count(*) <= $6::int AND coalesce($1::text IN ('waiting', 'pending', 'running', 'dead', 'cancelled'), false) AS yes
         FROM by_status
       ), matched AS MATERIALIZED (
         (SELECT b.id FROM by_status AS b
@@ -137,7 +139,7 @@ export function observeSql(s: string) {
       ORDER BY page.sort_id DESC`,
 
     /**
-     * §7 counts without a full-table count: pending and running exactly through their partial
+     * §7 counts without a full-table count: waiting (§10), pending and running exactly through their partial
      * indexes; each finished status exactly up to $1 rows (through jobs_finished_idx and the
      * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
      * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
@@ -161,20 +163,21 @@ export function observeSql(s: string) {
           (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
       ), exact AS MATERIALIZED (
         SELECT
+          (SELECT count(*) FROM ${jobs} WHERE status = 'waiting') AS waiting,
           (SELECT count(*) FROM ${jobs} WHERE status = 'pending') AS pending,
           (SELECT count(*) FROM ${jobs} WHERE status = 'running') AS running,
           (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT $1) d) AS done,
           (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT $1) d) AS dead,
           (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT $1) c) AS cancelled
       )
-      SELECT exact.pending::float8 AS pending, exact.running::float8 AS running,
+      SELECT exact.waiting::float8 AS waiting, exact.pending::float8 AS pending, exact.running::float8 AS running,
              CASE WHEN exact.dead < $1 THEN exact.dead::float8
                   ELSE greatest(exact.dead::float8, est.dead_rows) END AS dead,
              CASE WHEN exact.cancelled < $1 THEN exact.cancelled::float8
                   ELSE greatest(exact.cancelled::float8, est.cancelled_rows) END AS cancelled,
              CASE WHEN exact.done < $1 THEN exact.done::float8
                   ELSE greatest(exact.done::float8,
-                                est.table_rows - exact.pending - exact.running - exact.dead - exact.cancelled)
+                                est.table_rows - exact.waiting - exact.pending - exact.running - exact.dead - exact.cancelled)
              END AS done,
              (exact.done >= $1) AS done_estimated, (exact.dead >= $1) AS dead_estimated,
              (exact.cancelled >= $1) AS cancelled_estimated,
@@ -306,6 +309,7 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
     ]);
     const row = rows[0] ?? {};
     const counts = {
+      waiting: Number(row.waiting ?? 0),
       pending: Number(row.pending ?? 0),
       running: Number(row.running ?? 0),
       // done rows, plus completions deleted at once and counted instead (§7)

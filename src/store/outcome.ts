@@ -6,7 +6,15 @@
  */
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
-import { countDeleted, HOLDER, LEASE_GUARD, OPAQUE_RUNNING, SUPERSEDED, TOOK_OVER } from './fragments.js';
+import {
+  countDeleted,
+  HOLDER,
+  LEASE_GUARD,
+  LOCK_DEPENDENTS,
+  OPAQUE_RUNNING,
+  SUPERSEDED,
+  TOOK_OVER,
+} from './fragments.js';
 import { byId, leaseKey, leaseValues, type Runner, StatementFamily } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
@@ -28,11 +36,13 @@ export function outcomeSql(s: string) {
     /**
      * §1.2/§1.3 running → deleted (`retention: { completed: 'delete' }`), only under the lease;
      * §7 counted in the same transaction. A deleted job keeps no result. §8 wakes workers as
-     * complete does. $5 channel.
+     * complete does. §10 never a job with dependents. $5 channel.
      */
     completeDelete: `
       WITH done AS (
-        DELETE FROM ${jobs} WHERE ${LEASE_GUARD}
+        -- §10 a job with dependents is kept (their ctx.dependencies() reads its result): the
+        -- caller completes it with complete instead
+        DELETE FROM ${jobs} WHERE ${LEASE_GUARD} AND NOT has_dependents
         RETURNING id, pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
@@ -42,7 +52,8 @@ export function outcomeSql(s: string) {
 
     /**
      * §1.2/§1.3 as completeMany, deleting instead of keeping a done row; §7 counted in the same
-     * statement; §8 wakes workers as complete does.
+     * statement; §8 wakes workers as complete does. §10 never a job with dependents (the caller
+     * completes those with completeMany).
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel.
      */
     completeManyDelete: `
@@ -50,7 +61,7 @@ export function outcomeSql(s: string) {
         DELETE FROM ${jobs} AS j
         USING unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS c(id, worker_id, attempt, token)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
-          AND j.claims = c.token
+          AND j.claims = c.token AND NOT j.has_dependents
         RETURNING j.id, c.token, j.pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
@@ -63,16 +74,19 @@ export function outcomeSql(s: string) {
      * that no longer owns its job completes nothing. Returns the (id, token) of each lease that
      * completed, so a stale and a live lease of one job get their own answers. Rows are found by
      * primary key (see OPAQUE_RUNNING). §8 wakes workers as complete does (one NOTIFY per
-     * transaction: PostgreSQL folds repeats).
+     * transaction: PostgreSQL folds repeats). §10 the batch's dependents are locked first, in id
+     * order (see LOCK_DEPENDENTS).
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text), $6 channel.
      */
     completeMany: `
+      WITH dependents AS MATERIALIZED (${LOCK_DEPENDENTS(s, '$1')}
+      )
       UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
                               updated_at = now()
       FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[])
            AS c(id, worker_id, attempt, token, result)
       WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
-        AND j.claims = c.token
+        AND j.claims = c.token AND (SELECT count(*) FROM dependents) >= 0
       RETURNING j.id::text AS id, c.token::text AS token,
                 CASE WHEN j.pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
 
@@ -207,9 +221,12 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
 
   /** running → done (or deleted and counted, with `deleteCompleted`), under the lease. */
   async complete(db: Executor, lease: Lease, resultJson: string): Promise<boolean> {
-    const rows = this.deleteCompleted
-      ? await this.run(db, this.sql.completeDelete, [...leaseValues(lease), this.channel])
-      : await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson, this.channel]);
+    if (this.deleteCompleted) {
+      const deleted = await this.run(db, this.sql.completeDelete, [...leaseValues(lease), this.channel]);
+      if (deleted.length === 1) return true;
+      // §10 not deleted: a job with dependents (kept as done), or a lease that lost its job
+    }
+    const rows = await this.run(db, this.sql.complete, [...leaseValues(lease), resultJson, this.channel]);
     return rows.length === 1;
   }
 
@@ -229,23 +246,31 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
     });
     const unique = [...first.values()].map((i) => batch[i] as { lease: Lease; resultJson: string });
     const items = byId(unique, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
-    const leases = [
-      items.map((i) => i.lease.id),
-      items.map((i) => i.lease.workerId),
-      items.map((i) => i.lease.attempt),
-      items.map((i) => i.lease.token),
-    ];
-    const rows = this.deleteCompleted
-      ? await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, [
-          ...leases,
-          this.channel,
-        ])
-      : await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
-          ...leases,
-          items.map((i) => i.resultJson),
-          this.channel,
-        ]);
-    const completed = new Set(rows.map((row) => `${row.id}/${row.token}`));
+    const completed = new Set<string>();
+    let rest = items;
+    if (this.deleteCompleted) {
+      const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, [
+        items.map((i) => i.lease.id),
+        items.map((i) => i.lease.workerId),
+        items.map((i) => i.lease.attempt),
+        items.map((i) => i.lease.token),
+        this.channel,
+      ]);
+      for (const row of rows) completed.add(`${row.id}/${row.token}`);
+      // §10 not deleted: jobs with dependents (kept as done), or leases that lost their jobs
+      rest = items.filter((i) => !completed.has(leaseKey(i.lease)));
+    }
+    if (rest.length > 0) {
+      const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
+        rest.map((i) => i.lease.id),
+        rest.map((i) => i.lease.workerId),
+        rest.map((i) => i.lease.attempt),
+        rest.map((i) => i.lease.token),
+        rest.map((i) => i.resultJson),
+        this.channel,
+      ]);
+      for (const row of rows) completed.add(`${row.id}/${row.token}`);
+    }
     return batch.map(
       (item, i) => first.get(leaseKey(item.lease)) === i && completed.has(leaseKey(item.lease)),
     );
@@ -266,7 +291,9 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       this.channel,
       permanent,
     ]);
-    return rows[0]?.status ?? null;
+    const status = rows[0]?.status ?? null;
+    // §10 a retry of a job whose dependency was requeued meanwhile waits for it again
+    return (status as string) === 'waiting' ? 'pending' : status;
   }
 
   async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {

@@ -98,6 +98,7 @@ function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise
       return run.signal;
     },
     transaction: (fn) => completeInTransaction(run, engine, fn),
+    dependencies: () => engine.flows.dependencies(run.job.id),
     progress: (value) => {
       const json = toJsonText(value, 'progress');
       // a runaway (abandoned, or the worker stopped) or a lost lease: its reports go nowhere

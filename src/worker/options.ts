@@ -12,7 +12,7 @@ import {
 import { ValidationError } from '../errors.js';
 import { Queue, type QueueOptions } from '../queue.js';
 import { isTask, payloadRejected, type Task, validatePayload } from '../task/task.js';
-import type { BackoffOptions, ClaimedJob, Logger } from '../types.js';
+import type { BackoffOptions, ClaimedJob, DependencyState, Logger } from '../types.js';
 
 /** What a handler receives besides the payload. */
 export interface JobContext<P = unknown> {
@@ -38,6 +38,11 @@ export interface JobContext<P = unknown> {
    * throws a ValidationError. A runaway's reports (abandoned, stopped, lease lost) are dropped.
    */
   progress(value: unknown): void;
+  /**
+   * This job's dependencies (SPEC §10) with their status and result — keyed by ref for those of
+   * its own flow, else by job id. Empty for a job without dependencies.
+   */
+  dependencies(): Promise<Record<string, DependencyState>>;
 }
 
 /** A task's handler. Its return value becomes the job's `result` (it must be JSON-serialisable). */

@@ -1,0 +1,180 @@
+/**
+ * Workflows (SPEC §10): writes jobs with dependencies — a flow of new jobs, or jobs that depend
+ * on existing ones — all rows or none, and reads a job's dependencies and a flow. What a
+ * dependency's finishing does to its dependents happens in the database (migration 14's
+ * trigger), in the transaction that finishes it, whoever finishes it.
+ */
+import { randomUUID } from 'node:crypto';
+import type { FlowNodePlan } from '../core/flow-spec.js';
+import type { NewJob } from '../core/job-spec.js';
+import type { Executor } from '../db/executor.js';
+import { ValidationError } from '../errors.js';
+import type { GraphRow, LockedDependency } from '../store/flows.js';
+import type { DependencyState, EnqueueResult, FlowGraph, FlowResult, JobStatus } from '../types.js';
+import type { Engine } from './engine.js';
+
+/** One job of a graph to write: the job, and its dependencies as node indexes and job ids. */
+interface GraphNode {
+  job: NewJob;
+  ref: string | null;
+  refDeps: readonly number[];
+  idDeps: readonly string[];
+}
+
+export class Flows {
+  constructor(private readonly engine: Engine) {}
+
+  /** A flow of new jobs (`order`: a topological order of `nodes`); their ids by ref. */
+  async enqueueFlow(plan: { nodes: FlowNodePlan[]; order: number[] }, db?: Executor): Promise<FlowResult> {
+    const flowId = randomUUID();
+    const ids = await this.write(plan.nodes, plan.order, flowId, db);
+    const jobs: Record<string, string> = {};
+    plan.nodes.forEach((node, i) => {
+      jobs[node.ref] = (ids[i] as EnqueueResult).id;
+    });
+    return { flowId, jobs };
+  }
+
+  /**
+   * Jobs of which some depend on existing jobs (`enqueue`/`enqueueMany` with `dependsOn`); each
+   * joins the flow of its dependencies when they all belong to one.
+   */
+  async enqueueDependent(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
+    const nodes = jobs.map((job) => ({ job, ref: null, refDeps: [], idDeps: job.dependsOn ?? [] }));
+    return this.write(
+      nodes,
+      nodes.map((_, i) => i),
+      null,
+      db,
+    );
+  }
+
+  /** A job's dependencies with their status and result, keyed by ref in its flow, else by id. */
+  dependencies(jobId: string): Promise<Record<string, DependencyState>> {
+    this.engine.assertOpen();
+    return this.engine.store.flows.dependencies(this.engine.pool, jobId);
+  }
+
+  /** A flow's jobs and edges (from the read replica when there is one). */
+  async graph(flowId: string): Promise<FlowGraph> {
+    const [jobs, edges] = await this.engine.read((db) =>
+      Promise.all([
+        this.engine.store.flows.flowJobs(db, flowId),
+        this.engine.store.flows.flowEdges(db, flowId),
+      ]),
+    );
+    return { flowId, jobs, edges };
+  }
+
+  /**
+   * Writes `nodes` (ids drawn in input order) and their edges in one transaction — the caller's
+   * when `db` is its client. The existing jobs they depend on are locked first, so each new
+   * job's counter counts exactly the edges not satisfied at its commit; statuses are decided in
+   * the topological `order`. A dependency on an id that does not exist is a ValidationError with
+   * nothing written.
+   */
+  private async write(
+    nodes: readonly GraphNode[],
+    order: readonly number[],
+    flowId: string | null,
+    db: Executor | undefined,
+  ): Promise<EnqueueResult[]> {
+    const { engine } = this;
+    engine.assertOpen();
+    const jobs = nodes.map((node) => node.job);
+    const run = () =>
+      engine.enqueuer.atomically(db, async (tx) => {
+        const existing = [...new Set(nodes.flatMap((node) => node.idDeps))];
+        const locked =
+          existing.length > 0
+            ? await engine.store.flows.lockDependencies(tx, existing)
+            : new Map<string, LockedDependency>();
+        nodes.forEach((node, i) => {
+          const missing = node.idDeps.find((id) => !locked.has(id));
+          if (missing !== undefined) {
+            const field =
+              flowId === null
+                ? nodes.length === 1
+                  ? 'dependsOn'
+                  : `specs[${i}].dependsOn`
+                : `nodes[${i}].dependsOn`;
+            throw new ValidationError(
+              field,
+              `job ${missing} does not exist (it may have been deleted by retention)`,
+            );
+          }
+        });
+        const ids = await engine.store.flows.nextIds(tx, nodes.length);
+        const rows = plan(nodes, order, ids, locked, flowId);
+        const edges = nodes.flatMap((node, i) => {
+          const job = ids[i] as string;
+          return [...node.refDeps.map((dep) => ids[dep] as string), ...node.idDeps].map((dependsOn) => ({
+            job,
+            dependsOn,
+          }));
+        });
+        await engine.store.flows.insertGraph(tx, rows, edges);
+        return ids.map((id) => ({ id, created: true }));
+      });
+    const { tracing } = engine;
+    // §9 one PRODUCER span for the whole call, its trace context stored with every job
+    return tracing?.mayTrace() ? tracing.send(jobs, run) : run();
+  }
+}
+
+/**
+ * Each node's row: its status from its dependencies' (decided in topological order: a node
+ * cancelled by a failed dependency counts as failed for its own dependents), the edges not yet
+ * satisfied, and the flow it joins.
+ */
+function plan(
+  nodes: readonly GraphNode[],
+  order: readonly number[],
+  ids: readonly string[],
+  locked: ReadonlyMap<string, LockedDependency>,
+  flowId: string | null,
+): GraphRow[] {
+  const hasDependents = new Set(nodes.flatMap((node) => node.refDeps));
+  const rows: GraphRow[] = new Array(nodes.length);
+  for (const i of order) {
+    const node = nodes[i] as GraphNode;
+    const { job } = node;
+    const runAnyway = job.runOnDependencyFailure;
+    const deps: { id: string; status: JobStatus }[] = [
+      ...node.refDeps.map((dep) => ({ id: ids[dep] as string, status: (rows[dep] as GraphRow).status })),
+      ...node.idDeps.map((id) => ({ id, status: (locked.get(id) as LockedDependency).status })),
+    ];
+    const failed = (status: JobStatus) => status === 'dead' || status === 'cancelled';
+    const satisfied = (status: JobStatus) => status === 'done' || (runAnyway && failed(status));
+    const depsLeft = deps.filter((dep) => !satisfied(dep.status)).length;
+    const failedDep = runAnyway ? undefined : deps.find((dep) => failed(dep.status));
+    // a job that depends on existing jobs of one flow joins it
+    const flows = new Set(node.idDeps.map((id) => (locked.get(id) as LockedDependency).flowId));
+    const joins = flowId ?? (flows.size === 1 && node.refDeps.length === 0 ? ([...flows][0] ?? null) : null);
+    rows[i] = {
+      id: ids[i] as string,
+      queue: job.queue,
+      task: job.task,
+      payloadJson: job.payloadJson,
+      priority: job.priority,
+      maxAttempts: job.maxAttempts,
+      runAt: job.runAt,
+      delayMs: job.delayMs,
+      timeoutMs: job.timeoutMs,
+      group: job.group,
+      traceContext: job.traceContext,
+      status: failedDep ? 'cancelled' : depsLeft > 0 ? 'waiting' : 'pending',
+      depsLeft,
+      depsTotal: deps.length,
+      hasDependents: hasDependents.has(i),
+      runOnDependencyFailure: runAnyway,
+      cancelledBy: failedDep?.id ?? null,
+      lastError: failedDep
+        ? `Cancelled: job ${failedDep.id}, which it depends on, is ${failedDep.status} (onDependencyFailure 'cancel')`
+        : null,
+      flowId: joins,
+      flowRef: flowId === null ? null : node.ref,
+    };
+  }
+  return rows;
+}

@@ -1,0 +1,180 @@
+import type { Migration } from './migration.js';
+
+/**
+ * SPEC §10 workflows: job dependencies. A job with dependencies that are not all done is
+ * `waiting` (not claimable, not backlog). Its edges live in `job_dependencies`, indexed both
+ * ways; `deps_left` counts the edges not yet satisfied — an edge is satisfied while its
+ * dependency is done, or, for a dependent with `run_on_dependency_failure`, dead or cancelled.
+ *
+ * Everything that follows from a dependency's change of status happens in the transaction that
+ * changes it, whichever statement does (a completion, a retry that goes dead, a cancel, the
+ * reaper, a requeue): a trigger on the dependency's row, which fires only for jobs that have
+ * dependents (`has_dependents`; every other job pays one WHEN test per status change).
+ * - The counter of each dependent moves by one per edge whose satisfaction changed; the
+ *   dependents' rows are locked first, in id order, so two dependencies that finish at the same
+ *   instant in two workers serialise on their shared dependents and exactly one of them sees the
+ *   counter reach zero (waiting → pending, and the enqueue's wake-up hint). A dependency that
+ *   leaves done again (a requeue) moves its not yet started dependents back to waiting.
+ * - A dependency that ends dead or cancelled cancels its waiting dependents, and theirs, in one
+ *   statement (no trigger recursion as deep as the graph); each notes in `cancelled_by` the
+ *   dependency whose failure cancelled it. Requeueing that dependency brings them back to
+ *   waiting, except those that still depend on another dead or cancelled job.
+ * A BEFORE trigger keeps any job with unsatisfied edges out of pending (a requeue, a retry).
+ * Deleting a job deletes its edges (no foreign keys: their checks would cost every delete).
+ */
+export const workflows: Migration = {
+  version: 14,
+  name: 'workflows',
+  sql: (s) => `
+-- a superset of the old check: NOT VALID skips a scan of every row under the migration's lock
+ALTER TABLE ${s}.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE ${s}.jobs ADD CONSTRAINT jobs_status_check
+  CHECK (status IN ('waiting', 'pending', 'running', 'done', 'dead', 'cancelled')) NOT VALID;
+
+ALTER TABLE ${s}.jobs
+  ADD COLUMN flow_id uuid,
+  ADD COLUMN flow_ref text,
+  ADD COLUMN deps_left integer NOT NULL DEFAULT 0,
+  ADD COLUMN deps_total integer NOT NULL DEFAULT 0,
+  ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+  ADD COLUMN run_on_dependency_failure boolean NOT NULL DEFAULT false,
+  ADD COLUMN cancelled_by bigint;
+
+CREATE TABLE ${s}.job_dependencies (
+  job_id     bigint NOT NULL,
+  depends_on bigint NOT NULL,
+  PRIMARY KEY (job_id, depends_on)
+);
+-- a dependency's dependents (the trigger's every lookup)
+CREATE INDEX job_dependencies_depends_on_idx ON ${s}.job_dependencies (depends_on, job_id);
+
+-- queue.flow(id), the dashboard's graph
+CREATE INDEX jobs_flow_idx ON ${s}.jobs (flow_id, id) WHERE flow_id IS NOT NULL;
+-- the jobs a dependency's failure cancelled: brought back by its requeue
+CREATE INDEX jobs_cancelled_by_idx ON ${s}.jobs (cancelled_by) WHERE cancelled_by IS NOT NULL;
+-- counts(), ops() and lists of waiting jobs (§7: no full-table count)
+CREATE INDEX jobs_waiting_idx ON ${s}.jobs (queue) WHERE status = 'waiting';
+
+CREATE FUNCTION ${s}.keep_waiting() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  NEW.status := 'waiting';
+  RETURN NEW;
+END
+$fn$;
+
+CREATE TRIGGER keep_waiting BEFORE UPDATE OF status ON ${s}.jobs FOR EACH ROW
+  WHEN (NEW.status = 'pending' AND NEW.deps_left > 0)
+  EXECUTE FUNCTION ${s}.keep_waiting();
+
+CREATE FUNCTION ${s}.dependency_changed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+DECLARE
+  was_done boolean := OLD.status = 'done';
+  now_done boolean := NEW.status = 'done';
+  was_failed boolean := OLD.status IN ('dead', 'cancelled');
+  now_failed boolean := NEW.status IN ('dead', 'cancelled');
+  -- how the counter of a dependent moves: one that is cancelled by a failure, one that runs anyway
+  step_cancel integer := was_done::int - now_done::int;
+  step_run integer := (was_done OR was_failed)::int - (now_done OR now_failed)::int;
+  woken integer := 0;
+  restored bigint[];
+  channel text := 'skiplock:' || TG_TABLE_SCHEMA;
+BEGIN
+  IF octet_length(channel) > 63 THEN
+    channel := 'skiplock:' || left(encode(sha256(convert_to(TG_TABLE_SCHEMA, 'UTF8')), 'hex'), 40);
+  END IF;
+
+  -- §10 the dependents' rows, locked in id order before any is changed: dependencies finishing
+  -- at once in several transactions queue on them in one order (no deadlock), and each reads
+  -- the counter the one before it left (exactly one of them sees it reach zero)
+  PERFORM 1 FROM ${s}.jobs AS c
+  WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = NEW.id)
+  ORDER BY c.id FOR NO KEY UPDATE;
+
+  IF step_cancel <> 0 OR step_run <> 0 THEN
+    WITH moved AS (
+      SELECT c.id, c.deps_left + CASE WHEN c.run_on_dependency_failure THEN step_run ELSE step_cancel END AS left_now
+      FROM ${s}.jobs AS c
+      WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = NEW.id)
+    ), changed AS (
+      UPDATE ${s}.jobs AS c SET
+        deps_left = m.left_now,
+        status = CASE WHEN c.status = 'waiting' AND m.left_now = 0 THEN 'pending'
+                      WHEN c.status = 'pending' AND m.left_now > 0 THEN 'waiting'
+                      ELSE c.status END,
+        -- due from when it was unblocked: the backlog queued meanwhile runs first (§2 claim order)
+        run_after = CASE WHEN c.status = 'waiting' AND m.left_now = 0 THEN greatest(c.run_after, now())
+                         ELSE c.run_after END,
+        updated_at = CASE WHEN c.status IN ('waiting', 'pending') THEN now() ELSE c.updated_at END
+      FROM moved AS m
+      WHERE c.id = m.id AND m.left_now <> c.deps_left
+      RETURNING c.status
+    )
+    SELECT count(*) FILTER (WHERE status = 'pending') INTO woken FROM changed;
+    -- §1.9 the same wake-up hint as an enqueue
+    IF woken > 0 THEN
+      PERFORM pg_notify(channel, 'jobs');
+    END IF;
+  END IF;
+
+  IF now_failed AND NOT was_failed THEN
+    -- §10 cancels the waiting dependents (of onDependencyFailure 'cancel') and theirs, at once
+    WITH RECURSIVE victims(id, via) AS (
+      SELECT c.id, NEW.id FROM ${s}.job_dependencies AS d JOIN ${s}.jobs AS c ON c.id = d.job_id
+      WHERE d.depends_on = NEW.id AND c.status = 'waiting' AND NOT c.run_on_dependency_failure
+      UNION
+      SELECT c.id, v.id FROM victims AS v
+      JOIN ${s}.job_dependencies AS d ON d.depends_on = v.id JOIN ${s}.jobs AS c ON c.id = d.job_id
+      WHERE c.status = 'waiting' AND NOT c.run_on_dependency_failure
+    )
+    UPDATE ${s}.jobs AS c SET
+      status = 'cancelled', cancelled_by = v.via, updated_at = now(),
+      last_error = CASE WHEN v.via = NEW.id
+        THEN format('Cancelled: job %s, which it depends on, ended %s (onDependencyFailure ''cancel''); requeueing job %s brings this job back', NEW.id, NEW.status, NEW.id)
+        ELSE format('Cancelled: job %s, which it depends on, was cancelled because job %s ended %s; requeueing job %s brings this job back', v.via, NEW.id, NEW.status, NEW.id) END
+    FROM (SELECT DISTINCT ON (id) id, via FROM victims ORDER BY id, via) AS v
+    WHERE c.id = v.id AND c.status = 'waiting';
+  ELSIF was_failed AND NOT now_failed THEN
+    -- §10 a requeue brings back what this job's failure cancelled, and what that cancelled
+    WITH RECURSIVE back(id) AS (
+      SELECT c.id FROM ${s}.jobs AS c WHERE c.cancelled_by = NEW.id AND c.status = 'cancelled'
+      UNION
+      SELECT c.id FROM back AS b JOIN ${s}.jobs AS c ON c.cancelled_by = b.id WHERE c.status = 'cancelled'
+    )
+    SELECT array_agg(id ORDER BY id) INTO restored FROM back;
+    IF restored IS NOT NULL THEN
+      UPDATE ${s}.jobs AS c SET status = 'waiting', cancelled_by = NULL, last_error = NULL, updated_at = now()
+      WHERE c.id = ANY (restored) AND c.status = 'cancelled';
+      -- one that still depends on another dead or cancelled job is cancelled by that one again
+      -- (its own trigger cancels what depends on it)
+      UPDATE ${s}.jobs AS c SET
+        status = 'cancelled', cancelled_by = f.dep, updated_at = now(),
+        last_error = format('Cancelled: job %s, which it depends on, is %s (onDependencyFailure ''cancel'')', f.dep, f.status)
+      FROM (SELECT DISTINCT ON (d.job_id) d.job_id, p.id AS dep, p.status
+            FROM ${s}.job_dependencies AS d JOIN ${s}.jobs AS p ON p.id = d.depends_on
+            WHERE d.job_id = ANY (restored) AND p.status IN ('dead', 'cancelled')
+            ORDER BY d.job_id, p.id) AS f
+      WHERE c.id = f.job_id AND c.status = 'waiting' AND NOT c.run_on_dependency_failure;
+    END IF;
+  END IF;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER dependency_changed AFTER UPDATE OF status ON ${s}.jobs FOR EACH ROW
+  WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status
+        AND (OLD.status IN ('done', 'dead', 'cancelled') OR NEW.status IN ('done', 'dead', 'cancelled')))
+  EXECUTE FUNCTION ${s}.dependency_changed();
+
+CREATE FUNCTION ${s}.dependencies_deleted() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+  DELETE FROM ${s}.job_dependencies WHERE job_id = OLD.id;
+  DELETE FROM ${s}.job_dependencies WHERE depends_on = OLD.id;
+  RETURN NULL;
+END
+$fn$;
+
+CREATE TRIGGER dependencies_deleted AFTER DELETE ON ${s}.jobs FOR EACH ROW
+  WHEN (OLD.has_dependents OR OLD.deps_total > 0)
+  EXECUTE FUNCTION ${s}.dependencies_deleted();
+`,
+};

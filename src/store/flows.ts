@@ -1,0 +1,230 @@
+/**
+ * Workflows (SPEC §10): jobs with dependencies written with their edges in one statement, the
+ * dependencies of new jobs locked and marked first, and the reads of a job's dependencies and of
+ * a flow. What a dependency's change of status does to its dependents is migration 14's trigger.
+ * Each statement is defined next to the method that binds its parameters; the quoted schema is
+ * spliced once, everything else is a parameter.
+ */
+import { type JobRow, toJob } from '../core/job-row.js';
+import type { Executor } from '../db/executor.js';
+import { quoteLiteral } from '../db/identifier.js';
+import type { Job, JobStatus } from '../types.js';
+import { JOB_COLUMNS, RUN_AFTER } from './fragments.js';
+import { StatementFamily } from './runner.js';
+
+/** One job of a graph, ready for INSERT: its id drawn, its status and counter decided. */
+export interface GraphRow {
+  id: string;
+  queue: string;
+  task: string;
+  payloadJson: string;
+  priority: number;
+  maxAttempts: number;
+  runAt: Date | null;
+  delayMs: number | null;
+  timeoutMs: number | null;
+  group: string | null;
+  traceContext: string | null;
+  status: 'waiting' | 'pending' | 'cancelled';
+  depsLeft: number;
+  depsTotal: number;
+  hasDependents: boolean;
+  runOnDependencyFailure: boolean;
+  cancelledBy: string | null;
+  lastError: string | null;
+  flowId: string | null;
+  flowRef: string | null;
+}
+
+/** An existing job a new one depends on, as locked: its status and flow. */
+export interface LockedDependency {
+  id: string;
+  status: JobStatus;
+  flowId: string | null;
+}
+
+/** The statements of this family for the schema whose quoted identifier is `s`. */
+export function flowSql(s: string) {
+  const jobs = `${s}.jobs`;
+  const deps = `${s}.job_dependencies`;
+  return {
+    /** §10 $1 ids drawn from the jobs' sequence for a graph's new jobs (its edges need them first). */
+    nextIds: `
+      SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass)::text AS id FROM generate_series(1, $1::int) ORDER BY 1`,
+
+    /**
+     * §10 the existing jobs new ones depend on, locked in id order until the transaction ends:
+     * their change of status (whose trigger reads the edges) then waits for the new edges to
+     * commit, or has committed before and the status read here is the one it left — the new
+     * job's counter counts exactly the edges that are not satisfied. $1 ids.
+     */
+    lockDependencies: `
+      SELECT id::text AS id, status, flow_id::text AS flow_id FROM ${jobs}
+      WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE`,
+
+    /** §10 marks (already locked) jobs as having dependents: their trigger fires from now on. $1 ids. */
+    markDependencies: `
+      UPDATE ${jobs} SET has_dependents = true WHERE id = ANY ($1::bigint[]) AND NOT has_dependents`,
+
+    /**
+     * §10/§1.6 a graph's jobs and edges in one statement (all rows or none); §1.9 one wake-up
+     * hint when any job went in pending. $1–$20 parallel arrays of the jobs' columns, $21 edge
+     * dependents, $22 edge dependencies, $23 channel.
+     */
+    insertGraph: `
+      WITH input AS (
+        SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
+                             $7::timestamptz[], $8::float8[], $9::int[], $10::text[], $11::text[], $12::text[],
+                             $13::int[], $14::int[], $15::boolean[], $16::boolean[], $17::bigint[], $18::text[],
+                             $19::uuid[], $20::text[])
+          AS t(id, queue, task, payload, priority, max_attempts, run_at, delay_ms, timeout_ms, group_key,
+               trace_context, status, deps_left, deps_total, has_dependents, run_on_failure, cancelled_by,
+               last_error, flow_id, flow_ref)
+      ), ins AS (
+        INSERT INTO ${jobs} (id, queue, task, payload, priority, max_attempts, run_after, timeout_ms, group_key,
+                             trace_context, status, deps_left, deps_total, has_dependents,
+                             run_on_dependency_failure, cancelled_by, last_error, flow_id, flow_ref)
+        SELECT id, queue, task, payload::jsonb, priority, max_attempts, ${RUN_AFTER('run_at', 'delay_ms')},
+               timeout_ms, group_key, trace_context::jsonb, status, deps_left, deps_total, has_dependents,
+               run_on_failure, cancelled_by, last_error, flow_id, flow_ref
+        FROM input
+        RETURNING status
+      ), edges AS (
+        INSERT INTO ${deps} (job_id, depends_on)
+        SELECT * FROM unnest($21::bigint[], $22::bigint[])
+        RETURNING 1
+      ), notified AS (
+        SELECT pg_notify($23, 'jobs') FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) AS any_pending
+      )
+      SELECT (SELECT count(*) FROM ins)::int AS jobs, (SELECT count(*) FROM edges)::int AS edges,
+             (SELECT count(*) FROM notified)::int AS notified`,
+
+    /**
+     * §10 ctx.dependencies(): a job's dependencies with their status and result, and whether each
+     * is of the job's own flow (then keyed by its ref). $1 job id.
+     */
+    dependencies: `
+      SELECT p.id::text AS id, p.status, p.result, p.flow_ref,
+             (p.flow_id IS NOT NULL AND p.flow_id = c.flow_id) AS same_flow
+      FROM ${deps} AS d JOIN ${jobs} AS c ON c.id = d.job_id JOIN ${jobs} AS p ON p.id = d.depends_on
+      WHERE d.job_id = $1::bigint
+      ORDER BY p.id`,
+
+    /** §10 a flow's jobs, oldest first, through jobs_flow_idx. $1 flow id. */
+    flowJobs: `SELECT ${JOB_COLUMNS} FROM ${jobs} AS j WHERE flow_id = $1::uuid ORDER BY j.id`,
+
+    /** §10 the edges of a flow's jobs (dependencies outside the flow too). $1 flow id. */
+    flowEdges: `
+      SELECT d.job_id::text AS job, d.depends_on::text AS depends_on
+      FROM ${jobs} AS c JOIN ${deps} AS d ON d.job_id = c.id
+      WHERE c.flow_id = $1::uuid
+      ORDER BY d.job_id, d.depends_on`,
+
+    /** §10 the ids of a job's dependencies and dependents (the dashboard's job view). $1 job id. */
+    neighbours: `
+      SELECT 'dependsOn' AS side, depends_on::text AS id FROM ${deps} WHERE job_id = $1::bigint
+      UNION ALL
+      SELECT 'dependents', job_id::text FROM ${deps} WHERE depends_on = $1::bigint
+      ORDER BY 1, 2`,
+  };
+}
+
+export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> {
+  /** `n` new job ids, ascending. */
+  async nextIds(db: Executor, n: number): Promise<string[]> {
+    if (n === 0) return [];
+    const rows = await this.run<{ id: string }>(db, this.sql.nextIds, [n]);
+    return rows.map((row) => String(row.id)).sort((a, b) => (BigInt(a) < BigInt(b) ? -1 : 1));
+  }
+
+  /**
+   * Locks the existing jobs `ids` (in id order, until the transaction ends) and marks them as
+   * having dependents; returns those found.
+   */
+  async lockDependencies(db: Executor, ids: readonly string[]): Promise<Map<string, LockedDependency>> {
+    const rows = await this.run<{ id: string; status: JobStatus; flow_id: string | null }>(
+      db,
+      this.sql.lockDependencies,
+      [ids],
+    );
+    await this.run(db, this.sql.markDependencies, [ids]);
+    return new Map(
+      rows.map((row) => [String(row.id), { id: String(row.id), status: row.status, flowId: row.flow_id }]),
+    );
+  }
+
+  /** Writes a graph's jobs and edges in one statement. */
+  async insertGraph(
+    db: Executor,
+    rows: readonly GraphRow[],
+    edges: readonly { job: string; dependsOn: string }[],
+  ): Promise<void> {
+    const col = <T>(pick: (row: GraphRow) => T) => rows.map(pick);
+    await this.run(db, this.sql.insertGraph, [
+      col((r) => r.id),
+      col((r) => r.queue),
+      col((r) => r.task),
+      col((r) => r.payloadJson),
+      col((r) => r.priority),
+      col((r) => r.maxAttempts),
+      col((r) => r.runAt),
+      col((r) => r.delayMs),
+      col((r) => r.timeoutMs),
+      col((r) => r.group),
+      col((r) => r.traceContext),
+      col((r) => r.status),
+      col((r) => r.depsLeft),
+      col((r) => r.depsTotal),
+      col((r) => r.hasDependents),
+      col((r) => r.runOnDependencyFailure),
+      col((r) => r.cancelledBy),
+      col((r) => r.lastError),
+      col((r) => r.flowId),
+      col((r) => r.flowRef),
+      edges.map((e) => e.job),
+      edges.map((e) => e.dependsOn),
+      this.channel,
+    ]);
+  }
+
+  /** A job's dependencies, keyed by ref (a dependency of its own flow) or else by id. */
+  async dependencies(
+    db: Executor,
+    jobId: string,
+  ): Promise<Record<string, { id: string; status: JobStatus; result: unknown }>> {
+    const rows = await this.run<{
+      id: string;
+      status: JobStatus;
+      result: unknown;
+      flow_ref: string | null;
+      same_flow: boolean;
+    }>(db, this.sql.dependencies, [jobId]);
+    const out: Record<string, { id: string; status: JobStatus; result: unknown }> = {};
+    for (const row of rows) {
+      const key = row.same_flow && row.flow_ref !== null ? row.flow_ref : String(row.id);
+      out[key] = {
+        id: String(row.id),
+        status: row.status,
+        result: row.status === 'done' ? row.result : null,
+      };
+    }
+    return out;
+  }
+
+  async flowJobs(db: Executor, flowId: string): Promise<Job[]> {
+    return (await this.run<JobRow>(db, this.sql.flowJobs, [flowId])).map(toJob);
+  }
+
+  async flowEdges(db: Executor, flowId: string): Promise<{ job: string; dependsOn: string }[]> {
+    const rows = await this.run<{ job: string; depends_on: string }>(db, this.sql.flowEdges, [flowId]);
+    return rows.map((row) => ({ job: String(row.job), dependsOn: String(row.depends_on) }));
+  }
+
+  async neighbours(db: Executor, jobId: string): Promise<{ dependsOn: string[]; dependents: string[] }> {
+    const rows = await this.run<{ side: string; id: string }>(db, this.sql.neighbours, [jobId]);
+    return {
+      dependsOn: rows.filter((r) => r.side === 'dependsOn').map((r) => String(r.id)),
+      dependents: rows.filter((r) => r.side === 'dependents').map((r) => String(r.id)),
+    };
+  }
+}

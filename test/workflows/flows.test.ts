@@ -1,0 +1,220 @@
+/**
+ * SPEC §10 workflows from the library: enqueueFlow (atomic, refs resolved, bad graphs refused with
+ * nothing written), dependsOn on existing jobs, unblocking in the completing transaction, the
+ * failure cascade and its undoing by requeue, ctx.dependencies(), queue.flow().
+ */
+import { describe, expect, test } from 'vitest';
+import { PermanentError, ValidationError } from '../../src/errors.js';
+import type { Queue } from '../../src/queue.js';
+import { useTestDatabase } from '../support/database.js';
+
+const db = useTestDatabase();
+
+/** Claims and completes (or fails for good) every due job of `task`; returns their ids. */
+async function finish(queue: Queue, task: string, how: 'done' | 'dead' = 'done'): Promise<string[]> {
+  const jobs = await queue.claim('test-worker', { tasks: [task], limit: 1000 });
+  for (const job of jobs) {
+    if (how === 'done') expect(await queue.complete(job, { from: job.id })).toBe(true);
+    else expect(await queue.fail(job, new PermanentError('boom'))).toBe('dead');
+  }
+  return jobs.map((j) => j.id);
+}
+
+async function statuses(queue: Queue, ids: Record<string, string>): Promise<Record<string, string>> {
+  const out: Record<string, string> = {};
+  for (const [ref, id] of Object.entries(ids)) out[ref] = (await queue.get(id))?.status ?? 'missing';
+  return out;
+}
+
+describe('enqueueFlow', () => {
+  test('a diamond: roots pending, the rest waiting; each becomes pending when its last dependency is done', async () => {
+    const queue = db.queue();
+    const { flowId, jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'wf.a', payload: 1 },
+      { ref: 'b', task: 'wf.b', payload: 2 },
+      { ref: 'c', task: 'wf.c', payload: 3, dependsOn: ['a'] },
+      { ref: 'merge', task: 'wf.merge', payload: {}, dependsOn: ['a', 'b', 'c'] },
+    ]);
+    expect(flowId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(await statuses(queue, jobs)).toEqual({
+      a: 'pending',
+      b: 'pending',
+      c: 'waiting',
+      merge: 'waiting',
+    });
+    expect((await queue.counts()).waiting).toBe(2);
+    expect(await queue.claim('w', { tasks: ['wf.c', 'wf.merge'] })).toEqual([]);
+    await finish(queue, 'wf.a');
+    expect(await statuses(queue, jobs)).toEqual({ a: 'done', b: 'pending', c: 'pending', merge: 'waiting' });
+    await finish(queue, 'wf.c');
+    expect((await queue.get(jobs.merge as string))?.status).toBe('waiting');
+    await finish(queue, 'wf.b');
+    expect((await queue.get(jobs.merge as string))?.status).toBe('pending');
+    const flow = await queue.flow(flowId);
+    expect(flow.map((j) => j.flowRef)).toEqual(['a', 'b', 'c', 'merge']);
+    expect(flow.every((j) => j.flowId === flowId)).toBe(true);
+  });
+
+  test('a cycle, an unknown ref, an unknown id and a dedupe option are refused with nothing written', async () => {
+    const queue = db.queue();
+    const before = await queue.counts();
+    const bad: unknown[][] = [
+      [
+        { ref: 'a', task: 't', dependsOn: ['c'] },
+        { ref: 'b', task: 't', dependsOn: ['a'] },
+        { ref: 'c', task: 't', dependsOn: ['b'] },
+      ],
+      [{ ref: 'a', task: 't', dependsOn: ['a'] }],
+      [
+        { ref: 'a', task: 't' },
+        { ref: 'b', task: 't', dependsOn: ['nope'] },
+      ],
+      [
+        { ref: 'a', task: 't' },
+        { ref: 'b', task: 't', dependsOn: ['a', '999999999999'] },
+      ],
+      [{ ref: 'a', task: 't', dedupeKey: 'k' }],
+      [
+        { ref: 'a', task: 't' },
+        { ref: 'a', task: 't' },
+      ],
+    ];
+    for (const nodes of bad) {
+      await expect(queue.enqueueFlow(nodes as never)).rejects.toBeInstanceOf(ValidationError);
+    }
+    await expect(
+      queue.enqueueFlow([
+        { ref: 'a', task: 't', dependsOn: ['c'] },
+        { ref: 'b', task: 't', dependsOn: ['a'] },
+        { ref: 'c', task: 't', dependsOn: ['b'] },
+      ]),
+    ).rejects.toThrow(/cycle: "a" depends on "c" depends on "b" depends on "a"/);
+    expect(await queue.counts()).toEqual(before);
+  });
+
+  test('inside a transaction: nothing exists until it commits, nothing after a rollback', async () => {
+    const queue = db.queue();
+    let flowId = '';
+    await expect(
+      queue.transaction(async (client) => {
+        ({ flowId } = await queue.enqueueFlow(
+          [
+            { ref: 'a', task: 'wf.tx' },
+            { ref: 'b', task: 'wf.tx', dependsOn: ['a'] },
+          ],
+          { client },
+        ));
+        throw new Error('roll back');
+      }),
+    ).rejects.toThrow('roll back');
+    expect(await queue.flow(flowId)).toEqual([]);
+  });
+});
+
+describe('dependsOn', () => {
+  test('on a done job: pending at once; on a dead one: cancelled, or pending with onDependencyFailure run', async () => {
+    const queue = db.queue();
+    const { id: ok } = await queue.enqueue('dep.ok', null);
+    await finish(queue, 'dep.ok');
+    const { id: bad } = await queue.enqueue('dep.bad', null, { maxAttempts: 1 });
+    await finish(queue, 'dep.bad', 'dead');
+    expect((await queue.get(bad))?.status).toBe('dead');
+    const a = await queue.enqueue('dep.child', null, { dependsOn: [ok] });
+    const b = await queue.enqueue('dep.child', null, { dependsOn: [ok, bad] });
+    const c = await queue.enqueue('dep.child', null, { dependsOn: [ok, bad], onDependencyFailure: 'run' });
+    expect((await queue.get(a.id))?.status).toBe('pending');
+    expect((await queue.get(b.id))?.status).toBe('cancelled');
+    expect((await queue.get(c.id))?.status).toBe('pending');
+    // requeueing the dead dependency brings b back to waiting
+    expect(await queue.requeue(bad)).toBe(true);
+    expect((await queue.get(b.id))?.status).toBe('waiting');
+    await finish(queue, 'dep.bad');
+    expect((await queue.get(b.id))?.status).toBe('pending');
+  });
+
+  test('an unknown dependency id is a ValidationError, nothing written', async () => {
+    const queue = db.queue();
+    const before = await queue.counts();
+    await expect(queue.enqueue('dep.x', null, { dependsOn: ['987654321987'] })).rejects.toBeInstanceOf(
+      ValidationError,
+    );
+    await expect(queue.enqueue('dep.x', null, { dependsOn: ['x'] })).rejects.toBeInstanceOf(ValidationError);
+    expect(await queue.counts()).toEqual(before);
+  });
+});
+
+describe('failure cascade', () => {
+  test('a dead dependency cancels its dependents recursively; a requeue brings them back', async () => {
+    const queue = db.queue();
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'root', task: 'cas.root', maxAttempts: 1 },
+      { ref: 'other', task: 'cas.other' },
+      { ref: 'mid', task: 'cas.mid', dependsOn: ['root'] },
+      { ref: 'leaf', task: 'cas.leaf', dependsOn: ['mid', 'other'] },
+      { ref: 'runs', task: 'cas.runs', dependsOn: ['mid'], onDependencyFailure: 'run' },
+    ]);
+    await finish(queue, 'cas.root', 'dead');
+    expect(await statuses(queue, jobs)).toEqual({
+      root: 'dead',
+      other: 'pending',
+      mid: 'cancelled',
+      leaf: 'cancelled',
+      runs: 'pending',
+    });
+    expect((await queue.get(jobs.leaf as string))?.lastError).toMatch(
+      /requeueing job \d+ brings this job back/,
+    );
+    expect(await queue.requeue(jobs.root as string)).toBe(true);
+    expect(await statuses(queue, jobs)).toMatchObject({ root: 'pending', mid: 'waiting', leaf: 'waiting' });
+    await finish(queue, 'cas.root');
+    await finish(queue, 'cas.mid');
+    await finish(queue, 'cas.other');
+    expect(await statuses(queue, jobs)).toMatchObject({ leaf: 'pending' });
+  });
+
+  test('cancelling a waiting job cancels what depends on it', async () => {
+    const queue = db.queue();
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'cc.a' },
+      { ref: 'b', task: 'cc.b', dependsOn: ['a'] },
+      { ref: 'c', task: 'cc.c', dependsOn: ['b'] },
+    ]);
+    expect(await queue.cancel(jobs.b as string)).toBe(true);
+    expect(await statuses(queue, jobs)).toEqual({ a: 'pending', b: 'cancelled', c: 'cancelled' });
+  });
+});
+
+describe('ctx.dependencies()', () => {
+  test('status and result of each dependency, keyed by ref in the flow and by id outside it', async () => {
+    const queue = db.queue();
+    const { id: outside } = await queue.enqueue('ctx.outside', null);
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'ctx.a', payload: 'A' },
+      { ref: 'sink', task: 'ctx.sink', dependsOn: ['a', outside] },
+    ]);
+    let seen: unknown;
+    const worker = db.worker({
+      queue,
+      tasks: {
+        'ctx.a': async (payload) => `${payload}!`,
+        'ctx.outside': async () => 42,
+        'ctx.sink': async (_payload, ctx) => {
+          seen = await ctx.dependencies();
+          return 'ok';
+        },
+      },
+      pollIntervalMs: 50,
+    });
+    await worker.start();
+    try {
+      const done = await queue.waitFor(jobs.sink as string, { timeoutMs: 20_000 });
+      expect(done.status).toBe('done');
+    } finally {
+      await worker.stop();
+    }
+    expect(seen).toEqual({
+      a: { id: jobs.a, status: 'done', result: 'A!' },
+      [outside]: { id: outside, status: 'done', result: 42 },
+    });
+  });
+});
