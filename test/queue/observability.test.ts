@@ -29,6 +29,7 @@ describe('observability', () => {
     await queue.migrate();
     const jobs = '"ops_fields".jobs';
     expect(await queue.ops()).toEqual({
+      waiting: 0,
       pending: 0,
       running: 0,
       done: 0,
@@ -122,7 +123,14 @@ describe('observability', () => {
     expect(deleted).toBe(12_005);
     expect(progress.length).toBeGreaterThanOrEqual(3);
     expect(progress.at(-1)).toBe(12_005);
-    expect(await queue.counts()).toEqual({ pending: 3, running: 2, done: 10, dead: 5, cancelled: 0 });
+    expect(await queue.counts()).toEqual({
+      waiting: 0,
+      pending: 3,
+      running: 2,
+      done: 10,
+      dead: 5,
+      cancelled: 0,
+    });
     expect(await queue.prune({ olderThanMs: 7 * 86_400_000 })).toBe(5);
     await expect(queue.prune({ olderThanMs: 1, statuses: ['pending' as 'done'] })).rejects.toMatchObject({
       field: 'statuses[0]',

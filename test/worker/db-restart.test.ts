@@ -177,7 +177,7 @@ test('database restart mid-run: every job done once, the worker reconnects, wake
   const tAllDone = performance.now();
 
   const counts = await queue.counts();
-  expect(counts).toEqual({ pending: 0, running: 0, done: total, dead: 0, cancelled: 0 });
+  expect(counts).toEqual({ waiting: 0, pending: 0, running: 0, done: total, dead: 0, cancelled: 0 });
   // Each short job ran exactly once: no outcome write was dropped and left to the reaper.
   const shortIds = [...before, ...after].map((e) => e.id).sort();
   expect([...executions.keys()].sort()).toEqual(shortIds);
