@@ -53,11 +53,13 @@ import type {
   FlowNode,
   FlowResult,
   Job,
+  JobDependencies,
   JobPage,
   JobSpec,
   JobStatus,
   Lease,
   ListOptions,
+  LiveStatus,
   OpsSnapshot,
   PruneOptions,
   Queryable,
@@ -188,6 +190,18 @@ export class Queue {
   /** A flow's jobs and the edges between them (what the dashboard draws). */
   async flowGraph(flowId: string): Promise<FlowGraph> {
     return this.open().flows.graph(requireFlowId(flowId));
+  }
+
+  /**
+   * The ids job `id` depends on and the ids of the jobs that depend on it (SPEC §10), each list
+   * ascending; both empty for a job outside any dependency graph, or an unknown id (read from the
+   * read replica when there is one). The edges of a job go with it when retention deletes it.
+   *
+   * @example
+   * const { dependsOn, dependents } = await queue.dependenciesOf(jobs.merge);
+   */
+  async dependenciesOf(id: string): Promise<JobDependencies> {
+    return this.open().flows.neighbours(requireJobId(id));
   }
 
   /**
@@ -351,8 +365,8 @@ export class Queue {
     return requeueDead(this.open(), taskFilterArg(options), onProgress);
   }
 
-  /** Live (pending, running) jobs by queue: cheap, for metrics and dashboards. */
-  async liveByQueue(): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
+  /** Live (waiting, pending, running) jobs by queue: cheap, for metrics and dashboards. */
+  async liveByQueue(): Promise<{ queue: string; status: LiveStatus; count: number }[]> {
     return reads.liveByQueue(this.open());
   }
 

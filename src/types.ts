@@ -9,6 +9,9 @@ import type { Task } from './task/task.js';
  */
 export type JobStatus = 'waiting' | 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
 
+/** The statuses of jobs that are not finished: counted per queue by `queues()` and `/metrics`. */
+export type LiveStatus = 'waiting' | 'pending' | 'running';
+
 /** Every status, in lifecycle order. */
 export const JOB_STATUSES: readonly JobStatus[] = [
   'waiting',
@@ -140,6 +143,14 @@ export interface DependencyState {
   status: JobStatus;
   /** Its handler's result once done, else null. */
   result: unknown;
+}
+
+/** A job's place in a dependency graph (SPEC §10): the ids it depends on and the ids depending on it. */
+export interface JobDependencies {
+  /** Jobs this one waits for, ascending. */
+  dependsOn: string[];
+  /** Jobs that wait for this one, ascending. */
+  dependents: string[];
 }
 
 /** A flow (SPEC §10): its jobs, oldest first, and the edges between them. */
@@ -398,6 +409,8 @@ export interface QueueConfigOptions {
 
 /** A queue's configuration and its live counts (SPEC §8). */
 export interface QueueInfo extends QueueConfig {
+  /** Jobs whose dependencies are not all done yet (SPEC §10). */
+  waiting: number;
   pending: number;
   running: number;
 }

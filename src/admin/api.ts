@@ -5,10 +5,10 @@
  * envelope `{ error: { code, message, field? } }`. Every read is bounded (SPEC §5, §7).
  */
 import { Hono } from 'hono';
-import { requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
+import { requireFlowId, requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
 import { NotFoundError, ValidationError } from '../errors.js';
 import type { Queue } from '../queue.js';
-import type { ListOptions } from '../types.js';
+import type { ListOptions, LiveStatus } from '../types.js';
 import { errorBody } from './errors.js';
 import type { History } from './history.js';
 
@@ -25,9 +25,9 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     const [counts, live] = await Promise.all([queue.counts(), queue.liveByQueue()]);
     // Queue names are data (SPEC §5): a Map, never keys of a plain object, so a queue named
     // `__proto__` cannot reach Object.prototype. Object.fromEntries defines own properties.
-    const queues = new Map<string, { pending: number; running: number }>();
+    const queues = new Map<string, Record<LiveStatus, number>>();
     for (const row of live) {
-      const entry = queues.get(row.queue) ?? { pending: 0, running: 0 };
+      const entry = queues.get(row.queue) ?? { waiting: 0, pending: 0, running: 0 };
       entry[row.status] = row.count;
       queues.set(row.queue, entry);
     }
@@ -59,11 +59,21 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     return c.json(await queue.listPage(options));
   });
 
+  // The job, and (SPEC §10) the ids of its dependencies and dependents: the dashboard's links.
   api.get('/jobs/:id', async (c) => {
     const id = requireJobId(c.req.param('id'), 'id');
-    const job = await queue.get(id);
+    const [job, dependencies] = await Promise.all([queue.get(id), queue.dependenciesOf(id)]);
     if (!job) throw new NotFoundError(`No job with id ${id}`);
-    return c.json(job);
+    return c.json({ ...job, ...dependencies });
+  });
+
+  // SPEC §10 a flow's jobs and edges; no job in it is a 404 (an unknown id, or every job deleted).
+  api.get('/flows/:id', async (c) => {
+    const flowId = requireFlowId(c.req.param('id'), 'id');
+    const graph = await queue.flowGraph(flowId);
+    if (graph.jobs.length === 0)
+      throw new NotFoundError(`No flow with id ${flowId} (its jobs may have been deleted by retention)`);
+    return c.json(graph);
   });
 
   // Writes decide and report in one statement on the primary (never a replica read first): an

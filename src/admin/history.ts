@@ -1,12 +1,14 @@
 /**
- * Queue depth and throughput over the last hour, for the dashboard's charts. Depth (pending,
- * running) is sampled in memory every `intervalMs`; throughput comes from the database (finished
+ * Queue depth and throughput over the last hour, for the dashboard's charts. Depth (waiting,
+ * pending, running) is sampled in memory every `intervalMs`; throughput comes from the database (finished
  * jobs per minute, through jobs_finished_idx), so it covers the hour before the server started.
  */
 import type { Queue } from '../queue.js';
 
 export interface DepthSample {
   t: number;
+  /** Jobs whose dependencies are not all done (SPEC §10): not backlog, but work to come. */
+  waiting: number;
   pending: number;
   running: number;
 }
@@ -51,7 +53,7 @@ export class History {
   async sample(): Promise<void> {
     const counts = await this.queue.counts();
     const t = Date.now();
-    this.depth.push({ t, pending: counts.pending, running: counts.running });
+    this.depth.push({ t, waiting: counts.waiting, pending: counts.pending, running: counts.running });
     while (this.depth.length > 0 && (this.depth[0]?.t ?? t) < t - HOUR) this.depth.shift();
   }
 

@@ -27,7 +27,7 @@ export class Metrics {
     const snapshot = () => this.snapshot();
     new Gauge({
       name: 'skiplock_jobs',
-      help: 'Jobs by status; pending and running also by queue (finished statuses may be estimates on large tables)',
+      help: 'Jobs by status; waiting, pending and running also by queue (finished statuses may be estimates on large tables)',
       labelNames: ['status', 'queue'],
       registers,
       async collect() {

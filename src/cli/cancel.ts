@@ -5,7 +5,9 @@ import { print, withQueue } from './context.js';
 export function registerCancel(program: Command): void {
   program
     .command('cancel')
-    .description('cancel a job: a pending one at once; a running one is aborted by its worker')
+    .description(
+      'cancel a job: a waiting or pending one at once (and what depends on it); a running one is aborted by its worker',
+    )
     .argument('<id>', 'job id')
     .addHelpText('after', '\nExamples:\n  $ skiplock cancel 42')
     .action(async (id: string, _flags: unknown, command: Command) => {

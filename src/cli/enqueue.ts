@@ -1,7 +1,7 @@
 import { type Command, InvalidArgumentError } from 'commander';
 import type { EnqueueOptions } from '../types.js';
 import { print, withQueue } from './context.js';
-import { duration, integer, json, positiveInt } from './parse.js';
+import { duration, integer, json, nameList, positiveInt } from './parse.js';
 
 interface Flags {
   priority?: number;
@@ -12,6 +12,8 @@ interface Flags {
   maxAttempts?: number;
   queue?: string;
   timeout?: number;
+  dependsOn?: string[];
+  onDependencyFailure?: 'cancel' | 'run';
 }
 
 /** `skiplock enqueue TASK [JSON]`. */
@@ -33,6 +35,16 @@ export function registerEnqueue(program: Command): void {
     .option('--max-attempts <n>', 'attempts before the job goes dead (default 3)', positiveInt)
     .option('--queue <name>', "queue name (default 'default')")
     .option('--timeout <duration>', 'deadline of one attempt, e.g. 30s', duration)
+    .option(
+      '--depends-on <ids>',
+      'job ids it waits for, comma-separated: waiting until all are done',
+      nameList,
+    )
+    .option(
+      '--on-dependency-failure <what>',
+      "'run': run even when a dependency ends dead or cancelled (default 'cancel': cancelled with it)",
+      dependencyFailure,
+    )
     .addHelpText(
       'after',
       `
@@ -41,11 +53,15 @@ Examples:
   $ skiplock enqueue report.build '{"month":"2026-11"}' --priority 10 --delay 5m --dedupe-key report:2026-11
   $ skiplock enqueue search.reindex '{"id":7}' --dedupe-key reindex:7 --dedupe-scope pending
   $ skiplock enqueue invoice.render '{"id":7}' --queue invoices --group tenant-42
-  $ skiplock enqueue cleanup --queue maintenance --json`,
+  $ skiplock enqueue cleanup --queue maintenance --json
+  $ skiplock enqueue report.merge '{"month":"2026-11"}' --depends-on 41,42   # waits for jobs 41 and 42`,
     )
     .action(async (task: string, payload: unknown, flags: Flags, command: Command) => {
       if (flags.dedupeScope !== undefined && flags.dedupeKey === undefined) {
         command.error("error: option '--dedupe-scope <scope>' needs --dedupe-key", { exitCode: 2 });
+      }
+      if (flags.onDependencyFailure !== undefined && flags.dependsOn === undefined) {
+        command.error("error: option '--on-dependency-failure <what>' needs --depends-on", { exitCode: 2 });
       }
       await withQueue(command, async (queue, options) => {
         const jobOptions: EnqueueOptions = {
@@ -57,10 +73,18 @@ Examples:
           ...(flags.maxAttempts === undefined ? {} : { maxAttempts: flags.maxAttempts }),
           ...(flags.queue === undefined ? {} : { queue: flags.queue }),
           ...(flags.timeout === undefined ? {} : { timeoutMs: flags.timeout }),
+          ...(flags.dependsOn === undefined ? {} : { dependsOn: flags.dependsOn }),
+          ...(flags.onDependencyFailure === undefined
+            ? {}
+            : { onDependencyFailure: flags.onDependencyFailure }),
         };
         const result = await queue.enqueue(task, payload ?? null, jobOptions);
+        const waitsFor =
+          flags.dependsOn === undefined
+            ? ''
+            : `, after job${flags.dependsOn.length === 1 ? '' : 's'} ${flags.dependsOn.join(', ')}`;
         const text = result.created
-          ? `Enqueued job ${result.id} (${task}).`
+          ? `Enqueued job ${result.id} (${task}${waitsFor}).`
           : flags.dedupeScope === 'pending'
             ? `Not enqueued: job ${result.id} is queued with dedupe key ${JSON.stringify(flags.dedupeKey)} (scope pending).`
             : `Not enqueued: job ${result.id} is active with dedupe key ${JSON.stringify(flags.dedupeKey)}.`;
@@ -73,5 +97,11 @@ Examples:
 function dedupeScope(value: string): 'active' | 'pending' {
   if (value !== 'active' && value !== 'pending')
     throw new InvalidArgumentError("must be 'active' or 'pending'");
+  return value;
+}
+
+/** `--on-dependency-failure`: 'cancel' or 'run'. */
+function dependencyFailure(value: string): 'cancel' | 'run' {
+  if (value !== 'cancel' && value !== 'run') throw new InvalidArgumentError("must be 'cancel' or 'run'");
   return value;
 }

@@ -84,6 +84,10 @@ export function jobDetail(job: Job, now = new Date()): string {
     ['attempts', `${job.attempts} of ${job.maxAttempts}`],
     ['dedupe key', job.dedupeKey ?? '—'],
     ['group', job.group ?? '—'],
+    [
+      'flow',
+      job.flowId === null ? '—' : `${job.flowId}${job.flowRef === null ? '' : ` (ref ${job.flowRef})`}`,
+    ],
     ['run after', time(job.runAfter)],
     ['worker', job.workerId ?? '—'],
     ['lease until', time(job.leaseUntil)],

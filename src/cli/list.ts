@@ -21,7 +21,7 @@ export function registerList(program: Command): void {
   program
     .command('list')
     .description('list jobs, newest first')
-    .option('--status <status>', 'pending, running, done, dead or cancelled')
+    .option('--status <status>', 'waiting, pending, running, done, dead or cancelled')
     .option('--task <task>', 'only this task')
     .option('--queue <queue>', 'only this queue')
     .option('--limit <n>', 'how many (default 50, at most 1000)', positiveInt, 50)
@@ -33,9 +33,10 @@ Examples:
   $ skiplock list --status dead
   $ skiplock list --task email.send --limit 100
   $ skiplock list --status dead --after 1234        # the next page
+  $ skiplock list --status waiting                  # jobs whose dependencies are not all done
 
-A page examines at most the 10,000 newest jobs below --after (a pending, running, dead or
-cancelled filter reads that status's own jobs instead while there are no more than 10,000), so
+A page examines at most the 10,000 newest jobs below --after (a waiting, pending, running, dead
+or cancelled filter reads that status's own jobs instead while there are no more than 10,000), so
 a filter that matches nothing recent says where it stopped: follow its --after to look further.`,
     )
     .action(async (flags: Flags, command: Command) => {

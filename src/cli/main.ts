@@ -10,6 +10,7 @@ import { registerCancel } from './cancel.js';
 import { registerDashboard } from './dashboard.js';
 import { registerDev } from './dev.js';
 import { registerEnqueue } from './enqueue.js';
+import { registerFlow } from './flow.js';
 import { registerGet } from './get.js';
 import { registerList } from './list.js';
 import { registerMigrate } from './migrate.js';
@@ -59,6 +60,7 @@ Run "skiplock <command> --help" for a command's options and examples.`,
   registerWorker(program);
   registerEnqueue(program);
   registerGet(program);
+  registerFlow(program);
   registerOps(program);
   registerList(program);
   registerRequeue(program);

@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import type { OpsSnapshot } from '../types.js';
+import { JOB_STATUSES, type OpsSnapshot } from '../types.js';
 import { print, READ_DATABASE_URL_HELP, withQueue } from './context.js';
 import { style, table } from './format.js';
 import { duration } from './parse.js';
@@ -58,7 +58,7 @@ const REPLICA_LAG_ALERT_MS = 1_000;
 
 function render(ops: OpsSnapshot): string {
   const estimated = (status: string) => (ops.estimated.includes(status as never) ? '~' : '');
-  const rows = (['pending', 'running', 'done', 'dead', 'cancelled'] as const).map((status) => [
+  const rows = JOB_STATUSES.map((status) => [
     status,
     `${estimated(status)}${ops[status].toLocaleString('en-US')}`,
   ]);

@@ -22,7 +22,7 @@ interface ConfigureFlags {
 export function registerQueues(program: Command): void {
   program
     .command('queues')
-    .description('list queues: pause state, limits, pending and running jobs')
+    .description('list queues: pause state, limits, waiting, pending and running jobs')
     .addHelpText('after', '\nExamples:\n  $ skiplock queues\n  $ skiplock queues --json')
     .action(async (_flags: unknown, command: Command) => {
       await withQueue(command, async (queue, options) => {
@@ -126,12 +126,14 @@ function limits(q: Limits): string {
 }
 
 function render(queues: QueueInfo[]): string {
-  if (queues.length === 0) return 'No queues: none is configured and none has pending or running jobs.';
+  if (queues.length === 0)
+    return 'No queues: none is configured and none has waiting, pending or running jobs.';
   return table(
-    ['QUEUE', 'STATE', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT', 'PER GROUP'],
+    ['QUEUE', 'STATE', 'WAITING', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT', 'PER GROUP'],
     queues.map((q) => [
       q.name,
       q.paused ? style.yellow('paused') : 'active',
+      String(q.waiting),
       String(q.pending),
       String(q.running),
       q.concurrency === null ? '–' : String(q.concurrency),

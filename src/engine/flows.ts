@@ -10,7 +10,14 @@ import type { NewJob } from '../core/job-spec.js';
 import type { Executor } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
 import type { GraphRow, LockedDependency } from '../store/flows.js';
-import type { DependencyState, EnqueueResult, FlowGraph, FlowResult, JobStatus } from '../types.js';
+import type {
+  DependencyState,
+  EnqueueResult,
+  FlowGraph,
+  FlowResult,
+  JobDependencies,
+  JobStatus,
+} from '../types.js';
 import type { Engine } from './engine.js';
 
 /** One job of a graph to write: the job, and its dependencies as node indexes and job ids. */
@@ -53,6 +60,11 @@ export class Flows {
   dependencies(jobId: string): Promise<Record<string, DependencyState>> {
     this.engine.assertOpen();
     return this.engine.store.flows.dependencies(this.engine.pool, jobId);
+  }
+
+  /** The ids a job depends on and the ids depending on it (from the read replica when there is one). */
+  neighbours(jobId: string): Promise<JobDependencies> {
+    return this.engine.read((db) => this.engine.store.flows.neighbours(db, jobId));
   }
 
   /** A flow's jobs and edges (from the read replica when there is one). */

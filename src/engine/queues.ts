@@ -73,6 +73,7 @@ export async function listQueues(engine: Engine): Promise<QueueInfo[]> {
           group_rate_limit: null,
           group_rate_period_ms: null,
         }),
+        waiting: 0,
         pending: 0,
         running: 0,
       };

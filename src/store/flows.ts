@@ -8,7 +8,7 @@
 import { type JobRow, toJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import { quoteLiteral } from '../db/identifier.js';
-import type { Job, JobStatus } from '../types.js';
+import type { Job, JobDependencies, JobStatus } from '../types.js';
 import { JOB_COLUMNS, RUN_AFTER } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
@@ -122,10 +122,10 @@ export function flowSql(s: string) {
 
     /** §10 the ids of a job's dependencies and dependents (the dashboard's job view). $1 job id. */
     neighbours: `
-      SELECT 'dependsOn' AS side, depends_on::text AS id FROM ${deps} WHERE job_id = $1::bigint
+      SELECT 'dependsOn' AS side, depends_on AS id FROM ${deps} WHERE job_id = $1::bigint
       UNION ALL
-      SELECT 'dependents', job_id::text FROM ${deps} WHERE depends_on = $1::bigint
-      ORDER BY 1, 2`,
+      SELECT 'dependents', job_id FROM ${deps} WHERE depends_on = $1::bigint
+      ORDER BY 1, 2 -- the bigint ids: as text, 10 would sort before 9`,
   };
 }
 
@@ -220,7 +220,7 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
     return rows.map((row) => ({ job: String(row.job), dependsOn: String(row.depends_on) }));
   }
 
-  async neighbours(db: Executor, jobId: string): Promise<{ dependsOn: string[]; dependents: string[] }> {
+  async neighbours(db: Executor, jobId: string): Promise<JobDependencies> {
     const rows = await this.run<{ side: string; id: string }>(db, this.sql.neighbours, [jobId]);
     return {
       dependsOn: rows.filter((r) => r.side === 'dependsOn').map((r) => String(r.id)),

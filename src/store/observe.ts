@@ -5,7 +5,7 @@
  */
 import { type JobRow, toJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
-import type { Job, JobStatus } from '../types.js';
+import type { Job, JobStatus, LiveStatus } from '../types.js';
 import { ACTIVE, COMPLETED_DELETED, JOB_COLUMNS, MAX_BIGINT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
@@ -186,9 +186,12 @@ export function observeSql(s: string) {
 
     /**
      * Live jobs by queue and status, §7: one branch per status so each reads only its partial
-     * index's rows (a single `status IN (…)` cannot use the partial indexes and scans the table).
+     * index's rows (a single `status IN (…)` cannot use the partial indexes and scans the table);
+     * §10 waiting jobs through jobs_waiting_idx.
      */
     liveByQueue: `
+      SELECT queue, 'waiting' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'waiting' GROUP BY queue
+      UNION ALL
       SELECT queue, 'pending' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'pending' GROUP BY queue
       UNION ALL
       SELECT queue, 'running' AS status, count(*)::float8 AS n FROM ${jobs} WHERE status = 'running' GROUP BY queue`,
@@ -324,10 +327,8 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
     return { counts, estimated };
   }
 
-  async liveByQueue(
-    db: Executor,
-  ): Promise<{ queue: string; status: 'pending' | 'running'; count: number }[]> {
-    const rows = await this.run<{ queue: string; status: 'pending' | 'running'; n: number }>(
+  async liveByQueue(db: Executor): Promise<{ queue: string; status: LiveStatus; count: number }[]> {
+    const rows = await this.run<{ queue: string; status: LiveStatus; n: number }>(
       db,
       this.sql.liveByQueue,
       [],

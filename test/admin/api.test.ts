@@ -16,6 +16,10 @@
  * - the list route accepting any query key: "bad input" failed (200 instead of 400 for ?state=);
  * - the skiplock_dead_last_hour gauge reading `o.dead` instead of `o.dead1h`: the metrics test
  *   failed (6 instead of 3).
+ * - store/flows.ts `neighbours` selecting the ids as text: the dependents of the flow's root came
+ *   back as 10, 11, 12, 2, … instead of ascending; api.ts answering a flow with no job with 200:
+ *   the 404 check failed; liveByQueue without its waiting branch: the counts-by-queue, queues and
+ *   metrics checks of the flows tests failed; history.ts sampling no waiting: the depth check did.
  * The plan test ("read no finished rows") fails against the liveByQueue statement as written
  * (a sequential scan of all 200,065 rows behind /api/counts and /metrics) and passes once it is
  * rewritten as one partial-index read per live status (pending UNION ALL running).
@@ -289,12 +293,16 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
     const reply = await call(server.url, '/api/counts');
     expect(reply.status).toBe(200);
     expect(reply.body).toEqual({
+      waiting: 0,
       pending: 5,
       running: 1,
       done: 4,
       dead: 3,
       cancelled: 1,
-      queues: { default: { pending: 3, running: 0 }, media: { pending: 2, running: 1 } },
+      queues: {
+        default: { waiting: 0, pending: 3, running: 0 },
+        media: { waiting: 0, pending: 2, running: 1 },
+      },
     });
   });
 
@@ -365,7 +373,12 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
     const deadId = ids.dead[0] as string;
     const reply = await call(server.url, `/api/jobs/${deadId}`);
     expect(reply.status).toBe(200);
-    expect(reply.body).toEqual(asJson(await queue.get(deadId)));
+    // SPEC §10 with the ids of its dependencies and dependents (none here; see the flows tests)
+    expect(reply.body).toEqual({
+      ...(asJson(await queue.get(deadId)) as object),
+      dependsOn: [],
+      dependents: [],
+    });
     expect(reply.body).toMatchObject({
       id: deadId,
       status: 'dead',
@@ -390,12 +403,12 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
     }
     expect(history?.status).toBe(200);
     const body = history?.body as {
-      depth: { t: number; pending: number; running: number }[];
+      depth: { t: number; waiting: number; pending: number; running: number }[];
       throughput: { t: number; done: number; dead: number; cancelled: number }[];
     };
     expect(body.depth.length).toBeGreaterThanOrEqual(2);
     for (const sample of body.depth) {
-      expect(sample).toEqual({ t: expect.any(Number), pending: 5, running: 1 });
+      expect(sample).toEqual({ t: expect.any(Number), waiting: 0, pending: 5, running: 1 });
       expect(Math.abs(Date.now() - sample.t)).toBeLessThan(60_000);
     }
     const sum = (key: 'done' | 'dead' | 'cancelled') => body.throughput.reduce((n, b) => n + b[key], 0);
@@ -1058,7 +1071,7 @@ describe('names from the database are data: queues __proto__, constructor, toStr
   function takeLeaks(): Record<string, unknown> {
     const prototype = Object.prototype as Record<string, unknown>;
     const leaks = Object.fromEntries(
-      ['pending', 'running'].filter((key) => key in prototype).map((key) => [key, prototype[key]]),
+      ['waiting', 'pending', 'running'].filter((key) => key in prototype).map((key) => [key, prototype[key]]),
     );
     for (const key of Object.keys(leaks)) delete prototype[key];
     return leaks;
@@ -1072,11 +1085,12 @@ describe('names from the database are data: queues __proto__, constructor, toStr
     expect(Object.keys(counts.body.queues).sort()).toEqual([...NAMES, 'default'].sort());
     NAMES.forEach((name, i) => {
       expect(Object.getOwnPropertyDescriptor(counts.body.queues, name)?.value, name).toEqual({
+        waiting: 0,
         pending: i + 1,
         running: 0,
       });
     });
-    expect(counts.text).toContain('"__proto__":{"pending":1,"running":0}');
+    expect(counts.text).toContain('"__proto__":{"waiting":0,"pending":1,"running":0}');
 
     expect((await call(server.url, '/api/ops')).body).toMatchObject({ pending: 11 });
     for (const name of NAMES) {
@@ -1092,7 +1106,7 @@ describe('names from the database are data: queues __proto__, constructor, toStr
     expect(sampleValue(metrics, 'skiplock_jobs', { status: 'pending', queue: 'hasOwnProperty' })).toBe(4);
     const again = await call(server.url, '/api/counts');
     expect(takeLeaks()).toEqual({});
-    expect(again.body.queues.default).toEqual({ pending: 1, running: 0 });
+    expect(again.body.queues.default).toEqual({ waiting: 0, pending: 1, running: 0 });
     expect(({} as Record<string, unknown>).pending).toBeUndefined();
   });
 
@@ -1101,6 +1115,143 @@ describe('names from the database are data: queues __proto__, constructor, toStr
       const reply = await call(server.url, `/api/jobs?${key}=1`);
       expectError(reply, 400, { code: 'ERR_VALIDATION', field: key });
     }
+  });
+});
+
+// ------------------------------------------------------------------ flows (SPEC §10)
+
+describe("flows: GET /api/flows/:id, a job's dependencies, and waiting in every count", () => {
+  const schema = `${TEST_SCHEMA}_flows`;
+  let queue: Queue;
+  let server: AdminServer;
+  let flowId: string;
+  let refs: Record<string, string>;
+  let plainId: string;
+  let laterId: string;
+  const PARTS = 11;
+
+  beforeAll(async () => {
+    queue = db.queue({ schema });
+    await queue.migrate();
+    // A plain job the flow's `ext` node depends on by id (an edge out of the flow).
+    plainId = (await queue.enqueue('flow.plain', {}, { queue: 'flows' })).id;
+    ({ flowId, jobs: refs } = await queue.enqueueFlow([
+      { ref: 'root', task: 'flow.fetch', payload: { url: 'https://example.com/<b>' }, queue: 'flows' },
+      // Enough parts that their ids cross a digit boundary: ordered as text, 10 came before 9.
+      ...Array.from({ length: PARTS }, (_, i) => ({
+        ref: `part-${i}`,
+        task: 'flow.part',
+        payload: { i },
+        queue: 'flows',
+        dependsOn: ['root'],
+      })),
+      { ref: 'merge', task: 'flow.merge', queue: 'flows', dependsOn: ['part-0', 'part-1'] },
+      { ref: 'ext', task: 'flow.ext', queue: 'flows', dependsOn: [plainId] },
+    ]));
+    // A job added later that depends on the root by id: it joins the flow, without a ref.
+    laterId = (await queue.enqueue('flow.later', {}, { queue: 'flows', dependsOn: [refs.root as string] }))
+      .id;
+    server = await serve({ queue });
+  });
+
+  const byNumber = (ids: string[]) => [...ids].sort((a, b) => Number(a) - Number(b));
+  const parts = () => Array.from({ length: PARTS }, (_, i) => refs[`part-${i}`] as string);
+
+  test('GET /api/flows/:id is the flow graph: its jobs oldest first and every edge', async () => {
+    const reply = await call(server.url, `/api/flows/${flowId}`);
+    expect(reply.status, reply.text).toBe(200);
+    expect(reply.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(reply.body).toEqual(asJson(await queue.flowGraph(flowId)));
+    expect(Object.keys(reply.body)).toEqual(['flowId', 'jobs', 'edges']);
+    expect(reply.body.flowId).toBe(flowId);
+    const shown = (reply.body.jobs as Job[]).map((j) => [j.flowRef, j.status, j.flowId]);
+    expect(shown).toEqual([
+      ['root', 'pending', flowId],
+      ...Array.from({ length: PARTS }, (_, i) => [`part-${i}`, 'waiting', flowId]),
+      ['merge', 'waiting', flowId],
+      ['ext', 'waiting', flowId],
+      [null, 'waiting', flowId],
+    ]);
+    expect(reply.body.jobs[0].payload).toEqual({ url: 'https://example.com/<b>' });
+    const edges = reply.body.edges as { job: string; dependsOn: string }[];
+    expect(edges).toHaveLength(PARTS + 2 + 1 + 1);
+    expect(edges).toEqual(
+      expect.arrayContaining([
+        { job: refs['part-3'], dependsOn: refs.root },
+        { job: refs.merge, dependsOn: refs['part-0'] },
+        { job: refs.merge, dependsOn: refs['part-1'] },
+        { job: refs.ext, dependsOn: plainId }, // a dependency outside the flow
+        { job: laterId, dependsOn: refs.root },
+      ]),
+    );
+    // Any case of the UUID finds it; the answer spells it as enqueueFlow did.
+    const upper = await call(server.url, `/api/flows/${flowId.toUpperCase()}`);
+    expect(upper.status).toBe(200);
+    expect(upper.body.flowId).toBe(flowId);
+  });
+
+  test('GET /api/flows/:id: 404 for a flow with no job, 400 naming the field for a malformed id', async () => {
+    expectError(await call(server.url, `/api/flows/${crypto.randomUUID()}`), 404, {
+      code: 'ERR_NOT_FOUND',
+      field: null,
+    });
+    for (const bad of [
+      'abc',
+      '42',
+      flowId.replaceAll('-', ''),
+      `${flowId}0`,
+      `${flowId.slice(0, -1)}g`,
+      '%20',
+    ]) {
+      expectError(await call(server.url, `/api/flows/${bad}`), 400, { code: 'ERR_VALIDATION', field: 'id' });
+    }
+  });
+
+  test("GET /api/jobs/:id carries the ids of the job's dependencies and dependents, ascending", async () => {
+    const root = await call(server.url, `/api/jobs/${refs.root}`);
+    expect(root.status).toBe(200);
+    expect(root.body).toMatchObject({ id: refs.root, flowId, flowRef: 'root', status: 'pending' });
+    expect(root.body.dependsOn).toEqual([]);
+    expect(root.body.dependents).toEqual(byNumber([...parts(), laterId]));
+    expect(root.body.dependents).toHaveLength(PARTS + 1);
+
+    const merge = await call(server.url, `/api/jobs/${refs.merge}`);
+    expect(merge.body).toMatchObject({ flowRef: 'merge', status: 'waiting' });
+    expect(merge.body.dependsOn).toEqual(byNumber([refs['part-0'] as string, refs['part-1'] as string]));
+    expect(merge.body.dependents).toEqual([]);
+
+    const plain = await call(server.url, `/api/jobs/${plainId}`);
+    expect(plain.body).toMatchObject({ flowId: null, flowRef: null, dependsOn: [], dependents: [refs.ext] });
+    expect(await queue.dependenciesOf(refs['part-0'] as string)).toEqual({
+      dependsOn: [refs.root],
+      dependents: [refs.merge],
+    });
+    expect(await queue.dependenciesOf('999999999')).toEqual({ dependsOn: [], dependents: [] });
+  });
+
+  test('waiting jobs are counted by /api/ops, /api/counts (by queue), /api/queues, /api/history and /metrics', async () => {
+    const waiting = PARTS + 3; // the parts, merge, ext and the later job
+    expect((await call(server.url, '/api/ops')).body).toMatchObject({ waiting, pending: 2, running: 0 });
+    const counts = await call(server.url, '/api/counts');
+    expect(counts.body).toMatchObject({ waiting, pending: 2 });
+    expect(counts.body.queues).toEqual({ flows: { waiting, pending: 2, running: 0 } });
+    const queues = await call(server.url, '/api/queues');
+    expect(queues.body.queues).toEqual([
+      expect.objectContaining({ name: 'flows', waiting, pending: 2, running: 0 }),
+    ]);
+    const list = await call(server.url, '/api/jobs?status=waiting&limit=100');
+    expect(list.status, list.text).toBe(200);
+    expect((list.body.jobs as Job[]).map((j) => j.id)).toEqual(
+      byNumber([...parts(), refs.merge as string, refs.ext as string, laterId]).reverse(),
+    );
+    await expect
+      .poll(async () => (await call(server.url, '/api/history')).body.depth.at(-1), { timeout: 10_000 })
+      .toMatchObject({ waiting, pending: 2, running: 0 });
+
+    const metrics = parseExposition((await call(server.url, '/metrics')).text);
+    expect(metrics.help.get('skiplock_jobs')).toMatch(/waiting, pending and running also by queue/);
+    expect(sampleValue(metrics, 'skiplock_jobs', { status: 'waiting', queue: 'flows' })).toBe(waiting);
+    expect(sampleValue(metrics, 'skiplock_jobs', { status: 'pending', queue: 'flows' })).toBe(2);
   });
 });
 

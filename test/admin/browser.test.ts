@@ -17,6 +17,13 @@
  * attribute (the form showed on every server, and stayed after the token was entered); fixed by
  * a `[hidden] { display: none !important }` rule.
  *
+ * Flows (SPEC §10): a flow page draws one node per job, coloured like the status badges, laid out
+ * left to right by longest path, with arrows and links to the jobs; the job dialog links to the
+ * job's dependencies, dependents and flow; a 10,000-job fan-out draws a capped layer quickly.
+ * Deliberate breaks seen failing: FLOW_LAYER_NODES = Infinity (the fan-out test failed; it counts
+ * 42 nodes); every job in layer 0 (the x order of the nodes); the node's class without its status (the
+ * class and the colour checks); no flow row in the dialog (the detail-flow link never appeared).
+ *
  * Needs Chromium at /usr/bin/chromium (CI installs it); the file is skipped without it.
  */
 import { existsSync } from 'node:fs';
@@ -35,7 +42,7 @@ const CHROMIUM = '/usr/bin/chromium';
 const HAS_CHROMIUM = existsSync(CHROMIUM);
 const SCREENSHOT = path.join(REPO_ROOT, 'docs', 'dashboard.png');
 const SCREENSHOT_JOB = path.join(REPO_ROOT, 'docs', 'dashboard-job.png');
-const STATUSES: JobStatus[] = ['pending', 'running', 'done', 'dead', 'cancelled'];
+const STATUSES: JobStatus[] = ['waiting', 'pending', 'running', 'done', 'dead', 'cancelled'];
 
 if (!HAS_CHROMIUM) {
   console.warn(
@@ -247,6 +254,11 @@ async function seedRealisticMix(queue: Queue): Promise<{ deadId: string; deadPay
   }
 }
 
+/** The page's getComputedStyle, for a function that runs in the browser (no DOM types here). */
+interface Styled {
+  getComputedStyle(element: unknown): { stroke: string };
+}
+
 /** The number shown on a count card ("1,234" or "~1,234"). */
 async function shownCount(page: Page, status: JobStatus): Promise<number> {
   const text = await page.locator(`[data-testid="count-${status}"] .value`).textContent();
@@ -442,7 +454,7 @@ describe.skipIf(!HAS_CHROMIUM)(
       const page = await open(server.url);
       await page.waitForSelector('body[data-loaded="true"]');
       const payments = page.locator('#queues tr[data-queue="payments"]');
-      expect(await payments.locator('td').nth(3).textContent()).toBe('≤ 2 at once, 30 per 1 min');
+      expect(await payments.locator('td').nth(4).textContent()).toBe('≤ 2 at once, 30 per 1 min');
       await payments.locator('button').click();
       await expect.poll(() => page.locator('#queue-message').textContent()).toBe('Paused queue payments.');
       expect((await queue.queues()).find((q) => q.name === 'payments')?.paused).toBe(true);
@@ -520,8 +532,8 @@ describe.skipIf(!HAS_CHROMIUM)(
             .evaluateAll((rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
         await expect.poll(queueRows).toEqual(
           expect.arrayContaining([
-            ['__proto__', '2', '0', '—', 'Pause'],
-            ['constructor', '1', '0', '—', 'Pause'],
+            ['__proto__', '0', '2', '0', '—', 'Pause'],
+            ['constructor', '0', '1', '0', '—', 'Pause'],
           ]),
         );
 
@@ -541,6 +553,167 @@ describe.skipIf(!HAS_CHROMIUM)(
         await page.context().close();
       } finally {
         await db.sql(`DELETE FROM ${db.jobs} WHERE task IN ('browser.filler', 'browser.needle')`);
+      }
+    });
+
+    test('a flow page draws the flow: a node per job coloured by status, arrows, links; a job links to its flow', async () => {
+      // Through the real paths: root done, `a` dead (which cancels `merge`), `b` pending, and the
+      // job whose ref is markup waiting for `b`. Refs and tasks are user input: shown as text.
+      const markup = '<img src=x onerror="window.hacked=1">';
+      const { flowId, jobs: refs } = await queue.enqueueFlow([
+        { ref: 'root', task: 'browser.flow.root', payload: {} },
+        { ref: 'a', task: 'browser.flow.a', dependsOn: ['root'], maxAttempts: 1 },
+        { ref: 'b', task: 'browser.flow.b', dependsOn: ['root'] },
+        { ref: markup, task: 'browser.flow.c', dependsOn: ['b'] },
+        { ref: 'merge', task: 'browser.flow.merge', dependsOn: ['a', markup] },
+      ]);
+      const [root] = await queue.claim('browser-flow', { tasks: ['browser.flow.root'] });
+      expect(await queue.complete(root!, { ok: true })).toBe(true);
+      const [a] = await queue.claim('browser-flow', { tasks: ['browser.flow.a'] });
+      expect(await queue.fail(a!, new Error('flaky upstream'))).toBe('dead');
+      const jobs = await queue.flow(flowId);
+      expect(jobs.map((j) => [j.flowRef, j.status])).toEqual([
+        ['root', 'done'],
+        ['a', 'dead'],
+        ['b', 'pending'],
+        [markup, 'waiting'],
+        ['merge', 'cancelled'],
+      ]);
+      const c = refs[markup] as string;
+
+      const page = await open(`${server.url}#/flows/${flowId}`);
+      await page.waitForSelector(`[data-testid="flow-view"][data-loaded="${flowId}"]`);
+      expect(await page.locator('#overview').isVisible()).toBe(false);
+      expect(await page.locator('#flow-id').textContent()).toBe(flowId);
+      expect(await page.locator('[data-testid="flow-summary"]').textContent()).toMatch(
+        /^5 jobs in 4 layers: 1 waiting, 1 pending, 1 done, 1 dead, 1 cancelled$/,
+      );
+      const svg = page.locator('[data-testid="flow-svg"]');
+      expect(await svg.locator('a.node').count()).toBe(jobs.length);
+      // The colour of each status badge, as the page resolves it: a node's outline must match.
+      const colours = (await page.evaluate(`(() => {
+        const probe = document.createElement('span');
+        document.body.append(probe);
+        const out = {};
+        for (const status of ${JSON.stringify(STATUSES)}) {
+          probe.className = 'status ' + status;
+          out[status] = getComputedStyle(probe).color;
+        }
+        probe.remove();
+        return out;
+      })()`)) as Record<string, string>;
+      expect(new Set(Object.values(colours)).size).toBe(STATUSES.length);
+      const xs: Record<string, number> = {};
+      for (const job of jobs) {
+        const node = svg.locator(`[data-testid="flow-node-${job.id}"]`);
+        expect(await node.getAttribute('href')).toBe(`#/jobs/${job.id}`);
+        expect(await node.getAttribute('class')).toBe(`node ${job.status}`);
+        const rect = node.locator('rect');
+        expect(
+          await rect.evaluate((r) => (globalThis as unknown as Styled).getComputedStyle(r).stroke),
+          job.status,
+        ).toBe(colours[job.status]);
+        expect(await node.locator('text').first().textContent()).toBe(
+          (job.flowRef as string).length > 26 ? `${job.flowRef?.slice(0, 25)}…` : job.flowRef,
+        );
+        xs[job.flowRef as string] = Number(await rect.getAttribute('x'));
+      }
+      // Left to right by longest path: merge comes after the markup job, which comes after b.
+      expect(xs.root).toBeLessThan(xs.a as number);
+      expect(xs.a).toBe(xs.b);
+      expect(xs.b).toBeLessThan(xs[markup] as number);
+      expect(xs[markup]).toBeLessThan(xs.merge as number);
+      const edges = svg.locator('path.edge');
+      expect(await edges.count()).toBe(5);
+      expect(await edges.first().getAttribute('marker-end')).toBe('url(#flow-arrow)');
+      expect(await page.locator('#flow-graph img').count()).toBe(0);
+      expect(await page.evaluate('window.hacked')).toBeUndefined();
+
+      // A node opens its job over the flow; the dialog links to its dependencies and its flow.
+      await svg.locator(`[data-testid="flow-node-${c}"]`).click();
+      const dialog = page.locator('dialog#detail');
+      await dialog.waitFor({ state: 'visible' });
+      expect(await page.locator('#detail-title').textContent()).toBe(`Job ${c} · browser.flow.c`);
+      expect(await page.locator('[data-testid="detail-depends-on"]').textContent()).toBe(`#${refs.b}`);
+      expect(await page.locator('[data-testid="detail-dependents"]').textContent()).toBe(`#${refs.merge}`);
+      expect(await page.locator('[data-testid="detail-flow"]').textContent()).toBe(`${markup} in ${flowId}`);
+      await page.locator('[data-testid="detail-depends-on"] a').click();
+      await expect
+        .poll(() => page.locator('#detail-title').textContent())
+        .toBe(`Job ${refs.b} · browser.flow.b`);
+      await page.keyboard.press('Escape');
+      await dialog.waitFor({ state: 'hidden' });
+      expect(new URL(page.url()).hash).toBe(`#/flows/${flowId}`);
+      expect(await page.locator('[data-testid="flow-view"]').isVisible()).toBe(true);
+      await page.context().close();
+
+      // From the overview: the waiting card lists the job; its dialog links to the flow page.
+      const overview = await open(server.url);
+      await overview.waitForSelector('body[data-loaded="true"]');
+      expect(await shownCount(overview, 'waiting')).toBe((await queue.counts()).waiting);
+      await overview.click('[data-testid="count-waiting"]');
+      await overview.click(`[data-testid="job-row-${c}"]`);
+      await overview.locator('dialog#detail').waitFor({ state: 'visible' });
+      await overview.locator('[data-testid="detail-flow"]').click();
+      await overview.waitForSelector(`[data-testid="flow-view"][data-loaded="${flowId}"]`);
+      expect(await overview.locator('dialog#detail').isVisible()).toBe(false);
+      expect(await overview.locator('[data-testid="flow-svg"] a.node').count()).toBe(jobs.length);
+      // Back to the overview.
+      await overview.click('#flow-view a.back');
+      await expect.poll(() => overview.locator('#overview').isVisible()).toBe(true);
+      expect(await overview.locator('[data-testid="flow-view"]').isVisible()).toBe(false);
+      await overview.context().close();
+
+      // A job's address opens its dialog over the overview.
+      const direct = await open(`${server.url}#/jobs/${c}`);
+      await direct.locator('dialog#detail').waitFor({ state: 'visible' });
+      expect(await direct.locator('#detail-title').textContent()).toBe(`Job ${c} · browser.flow.c`);
+      await direct.waitForSelector('body[data-loaded="true"]');
+      await direct.context().close();
+    });
+
+    test('a 10,000-job fan-out: the page draws 40 jobs and a "+9,960 more" box per layer, quickly', async () => {
+      const n = 10_000;
+      const { flowId } = await queue.enqueueFlow([
+        { ref: 'split', task: 'browser.fan.split', payload: {} },
+        ...Array.from({ length: n }, (_, i) => ({
+          ref: `part-${i}`,
+          task: 'browser.fan.part',
+          payload: { i },
+          dependsOn: ['split'],
+        })),
+        {
+          ref: 'join',
+          task: 'browser.fan.join',
+          dependsOn: Array.from({ length: n }, (_, i) => `part-${i}`),
+        },
+      ]);
+      try {
+        const started = Date.now();
+        const page = await open(`${server.url}#/flows/${flowId}`);
+        await page.waitForSelector(`[data-testid="flow-view"][data-loaded="${flowId}"]`, { timeout: 20_000 });
+        const loadMs = Date.now() - started;
+        console.log(`10,002-job flow page drawn in ${loadMs} ms`);
+        expect(loadMs).toBeLessThan(15_000);
+        const svg = page.locator('[data-testid="flow-svg"]');
+        expect(await svg.locator('a.node').count()).toBe(1 + 40 + 1);
+        expect(await svg.locator('[data-testid="flow-more-1"] text').first().textContent()).toBe(
+          '+9,960 more',
+        );
+        expect(await svg.locator('[data-testid="flow-more-1"] text').nth(1).textContent()).toBe(
+          '9,960 waiting',
+        );
+        expect(await page.locator('[data-testid="flow-summary"]').textContent()).toMatch(
+          /^10,002 jobs in 3 layers: 10,001 waiting, 1 pending$/,
+        );
+        expect(await page.locator('[data-testid="flow-note"]').textContent()).toContain('show 40');
+        // Still responsive: the page answers script at once.
+        const ping = Date.now();
+        await page.evaluate('1');
+        expect(Date.now() - ping).toBeLessThan(1_000);
+        await page.context().close();
+      } finally {
+        await db.sql(`DELETE FROM ${db.jobs} WHERE flow_id = $1`, [flowId]);
       }
     });
 

@@ -5,7 +5,9 @@
  * - Every data subcommand with `--json`, its one JSON line parsed and checked against the rows in
  *   the database: migrate (up to date; a fresh schema gets every migration), enqueue (created; a
  *   dedupe hit names the holder; --delay/--priority/--max-attempts/--queue/--timeout land in the
- *   row), get, list (--status/--task/--queue, --limit, --after paging), requeue ID and
+ *   row; --depends-on makes it wait), get, flow ID (layers, dependencies by ref, counts; a
+ *   malformed id exits 2, an unknown flow 3), list (--status/--task/--queue, --limit, --after
+ *   paging; --status waiting), requeue ID and
  *   --all-dead [--task] (counts; skips a dead job whose dedupe key is active again), cancel
  *   (pending, running, finished), prune --older-than 7d (old finished rows only), ops (each count
  *   and signal against SQL).
@@ -33,6 +35,10 @@
  * - src/cli/parse.ts `duration()` returning Number(value) (no units): `enqueue --delay 30s`
  *   exited 2, and `prune --older-than 7x` was refused only later, by the Queue
  *   ("olderThanMs: must be …"), instead of as a bad value of --older-than.
+ * - src/cli/flow.ts printing an empty flow instead of refusing it: `flow` of an unknown id exited
+ *   0 instead of 3; src/core/flow-layers.ts placing every job in layer 0: the flow's rows
+ *   came out in the wrong layers and order; src/cli/enqueue.ts
+ *   dropping --depends-on: the job was pending instead of waiting.
  * - src/cli/main.ts mapping ERR_NOT_FOUND to 1: get of an unknown job, requeue of a pending one
  *   and cancel of a finished one exited 1 instead of 3.
  */
@@ -40,7 +46,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { beforeAll, describe, expect, test } from 'vitest';
 import type { Queue } from '../../src/queue.js';
 import { LIST_WINDOW } from '../../src/store/job-store.js';
-import type { Job, JobPage, OpsSnapshot } from '../../src/types.js';
+import { type FlowGraph, JOB_STATUSES, type Job, type JobPage, type OpsSnapshot } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -72,6 +78,7 @@ const SUBCOMMANDS = [
   'worker',
   'enqueue',
   'get',
+  'flow',
   'ops',
   'list',
   'requeue',
@@ -158,6 +165,8 @@ async function statusCounts(where = 'true', values: unknown[] = []): Promise<Rec
 }
 
 const ids = (jobs: Job[]) => jobs.map((j) => j.id);
+/** A value as JSON carries it (dates as ISO strings). */
+const asJsonValue = (value: unknown): unknown => JSON.parse(JSON.stringify(value));
 const desc = (list: string[]) => [...list].sort((a, b) => Number(b) - Number(a));
 const lines = (text: string) => text.replace(/\n$/, '').split('\n');
 
@@ -440,6 +449,94 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     expect(ttyNoColor.stdout).not.toMatch(ANSI);
   });
 
+  test('flow ID: the jobs layer by layer with their dependencies by ref, counts; --json; bad or unknown id', async () => {
+    const plain = await queue.enqueue('cli.flow.plain', null);
+    const { flowId, jobs: refs } = await queue.enqueueFlow([
+      { ref: 'root', task: 'cli.flow.fetch', payload: { url: 'https://example.com' } },
+      { ref: 'a', task: 'cli.flow.part', dependsOn: ['root'] },
+      { ref: 'b', task: 'cli.flow.part', dependsOn: ['root'] },
+      { ref: 'merge', task: 'cli.flow.merge', dependsOn: ['a', 'b'] },
+      { ref: 'ext', task: 'cli.flow.ext', dependsOn: [plain.id] },
+    ]);
+    const [root] = await queue.claim('cli-flow-worker', { tasks: ['cli.flow.fetch'] });
+    expect(root?.id).toBe(refs.root);
+    expect(await queue.complete(root!, { ok: true })).toBe(true);
+    // Joins the flow (its only dependency is in it), without a ref.
+    const later = await queue.enqueue('cli.flow.later', null, { dependsOn: [refs.merge as string] });
+
+    const [asText, asJson, upper, malformed, unknown, waiting, getMerge] = await Promise.all([
+      run(['flow', flowId]),
+      run(['flow', flowId, '--json']),
+      run(['flow', flowId.toUpperCase(), '--json']),
+      run(['flow', 'abc']),
+      run(['flow', '0b6a3f5e-9c1d-4e2f-8a7b-000000000000']),
+      run(['list', '--status', 'waiting', '--task', 'cli.flow.merge', '--json']),
+      run(['get', refs.merge as string]),
+    ]);
+    expect(json(asJson)).toEqual(asJsonValue(await queue.flowGraph(flowId)));
+    expect(json<FlowGraph>(upper).flowId).toBe(flowId);
+
+    const text = ok(asText);
+    expect(text).not.toMatch(ANSI);
+    const [title, header, ...rest] = lines(text);
+    expect(title).toBe(`Flow ${flowId}`);
+    expect(header).toMatch(/^LAYER +REF +ID +TASK +STATUS +DEPENDS ON$/);
+    const rows = rest.slice(0, -1).map((line) => line.trim().split(/ {2,}/));
+    expect(rows).toEqual([
+      ['0', 'root', refs.root, 'cli.flow.fetch', 'done', '–'],
+      ['0', 'ext', refs.ext, 'cli.flow.ext', 'waiting', `#${plain.id}`],
+      ['1', 'a', refs.a, 'cli.flow.part', 'pending', 'root'],
+      ['1', 'b', refs.b, 'cli.flow.part', 'pending', 'root'],
+      ['2', 'merge', refs.merge, 'cli.flow.merge', 'waiting', 'a, b'],
+      ['3', '–', later.id, 'cli.flow.later', 'waiting', 'merge'],
+    ]);
+    expect(rest.at(-1)).toBe('6 jobs: 3 waiting, 2 pending, 1 done');
+
+    oneLineError(
+      malformed,
+      2,
+      /^skiplock: id: must be a flow id, a UUID like .*skiplock get JOB_ID.*"abc"$/m,
+    );
+    oneLineError(
+      unknown,
+      3,
+      /^skiplock: No flow with id 0b6a3f5e-9c1d-4e2f-8a7b-000000000000: no job belongs to it/,
+    );
+    expect(ids(json<JobPage>(waiting).jobs)).toEqual([refs.merge]);
+    expect(ok(getMerge)).toMatch(new RegExp(`^flow +${flowId} \\(ref merge\\)$`, 'm'));
+  });
+
+  test('enqueue --depends-on: waits for those jobs; bad ids exit 2 with nothing written', async () => {
+    const first = await queue.enqueue('cli.deps.first', null);
+    const second = await queue.enqueue('cli.deps.second', null);
+    const [created, human, runAnyway, badId, unknownId, orphanFlag] = await Promise.all([
+      run(['enqueue', 'cli.deps.after', '{"n":1}', '--depends-on', `${first.id}, ${second.id}`, '--json']),
+      run(['enqueue', 'cli.deps.human', '--depends-on', first.id]),
+      run(['enqueue', 'cli.deps.run', '--depends-on', first.id, '--on-dependency-failure', 'run', '--json']),
+      run(['enqueue', 'cli.deps.bad', '--depends-on', 'abc']),
+      run(['enqueue', 'cli.deps.bad', '--depends-on', '987654321']),
+      run(['enqueue', 'cli.deps.bad', '--on-dependency-failure', 'run']),
+    ]);
+    const after = json<{ id: string; created: boolean }>(created);
+    expect(await row(after.id)).toMatchObject({ status: 'waiting', payload: { n: 1 } });
+    expect(await queue.dependenciesOf(after.id)).toEqual({
+      dependsOn: [first.id, second.id],
+      dependents: [],
+    });
+    expect(ok(human)).toMatch(
+      new RegExp(`^Enqueued job \\d+ \\(cli\\.deps\\.human, after job ${first.id}\\)\\.\\n$`),
+    );
+    const [anyway] = await db.sql<{ run_on_dependency_failure: boolean }>(
+      `SELECT run_on_dependency_failure FROM ${db.jobs} WHERE id = $1`,
+      [json<{ id: string }>(runAnyway).id],
+    );
+    expect(anyway?.run_on_dependency_failure).toBe(true);
+    oneLineError(badId, 2, /^skiplock: dependsOn\[0\]: .*"abc"/);
+    oneLineError(unknownId, 2, /^skiplock: dependsOn: job 987654321 does not exist/);
+    oneLineError(orphanFlag, 2, /--on-dependency-failure <what>' needs --depends-on/);
+    expect(await statusCounts('task = $1', ['cli.deps.bad'])).toEqual({});
+  });
+
   test('requeue ID: dead → pending with attempts reset; not dead, unknown or key taken exits 3', async () => {
     const [dead, deadToo] = await seed('cli.requeue', 2, { status: 'dead' });
     const [pending] = await seed('cli.requeue', 1);
@@ -519,7 +616,10 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(
       finished,
       3,
-      new RegExp(`^skiplock: Job ${done} is done: only pending or running jobs can be cancelled$`, 'm'),
+      new RegExp(
+        `^skiplock: Job ${done} is done: only waiting, pending or running jobs can be cancelled$`,
+        'm',
+      ),
     );
     expect((await row(done as string)).status).toBe('done');
   });
@@ -614,7 +714,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       pending: 1,
       running: 0,
     });
-    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +1 +0 +3 +50 per 1 s +–\n/);
+    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +–\n/);
     expect(
       ok(
         await run(['configure-queue', 'cli-mail', '--group-concurrency', '1', '--group-rate-limit', '10/1m']),
@@ -623,7 +723,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       'Queue cli-mail: paused, concurrency 3, 50 per 1 s, group concurrency 1, 10 per 1 min per group.\n',
     );
     expect(ok(await run(['queues']))).toMatch(
-      /\ncli-mail +paused +1 +0 +3 +50 per 1 s +1 running, 10 per 1 min\n/,
+      /\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +1 running, 10 per 1 min\n/,
     );
     const grouped = json(
       await run(['enqueue', 'cli.q', '--queue', 'cli-mail', '--group', 'tenant-7', '--json']),
@@ -764,9 +864,8 @@ describe('afterwards, on the whole table', { timeout: 120_000 }, () => {
     const ops = json<OpsSnapshot>(asJson);
     const counts = await statusCounts();
     expect(ops.estimated).toEqual([]);
-    for (const status of ['pending', 'running', 'done', 'dead', 'cancelled'] as const) {
-      expect(ops[status], status).toBe(counts[status] ?? 0);
-    }
+    for (const status of JOB_STATUSES) expect(ops[status], status).toBe(counts[status] ?? 0);
+    expect(ops.waiting, 'the flow test leaves waiting jobs').toBeGreaterThan(0);
     const [signals] = await db.sql<Record<string, number>>(
       `SELECT
          (SELECT count(*)::int FROM ${db.jobs} WHERE status = 'dead' AND updated_at > now() - interval '1 hour') AS dead1h,
@@ -790,7 +889,7 @@ describe('afterwards, on the whole table', { timeout: 120_000 }, () => {
     const [statusBlock, signalBlock] = text.replace(/\n$/, '').split('\n\n') as [string, string];
     const statusLines = lines(statusBlock);
     expect(statusLines[0]).toMatch(/^STATUS +JOBS$/);
-    (['pending', 'running', 'done', 'dead', 'cancelled'] as const).forEach((status, i) => {
+    JOB_STATUSES.forEach((status, i) => {
       expect(statusLines[i + 1]).toMatch(new RegExp(`^${status} +${ops[status].toLocaleString('en-US')}$`));
     });
     const signalLines = lines(signalBlock);

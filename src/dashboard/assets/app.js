@@ -3,7 +3,7 @@
 // flickers or steals focus.
 const REFRESH_MS = 2000;
 const PAGE_SIZE = 25;
-const STATUSES = ['pending', 'running', 'done', 'dead', 'cancelled'];
+const STATUSES = ['waiting', 'pending', 'running', 'done', 'dead', 'cancelled'];
 const $ = (id) => document.getElementById(id);
 
 const state = {
@@ -14,8 +14,11 @@ const state = {
   after: '',
   next: null,
   openJob: null,
+  /** The flow page's state: `{ id, key, at, large }`, or null on the overview (SPEC §10). */
+  flow: null,
   timer: null,
   busy: false,
+  again: false,
 };
 
 // ---------------------------------------------------------------- API
@@ -141,6 +144,7 @@ function renderQueues({ queues }) {
           'tr',
           { 'data-queue': q.name },
           el('td', {}, q.name, q.paused ? el('span', { class: 'paused' }, ' paused') : ''),
+          el('td', { class: 'num' }, number(q.waiting)),
           el('td', { class: 'num' }, number(q.pending)),
           el('td', { class: 'num' }, number(q.running)),
           el('td', {}, limitsText(q)),
@@ -155,7 +159,7 @@ function renderQueues({ queues }) {
           ),
         ),
       )
-    : [el('tr', {}, el('td', { colspan: '5', class: 'muted' }, 'No pending or running jobs.'))];
+    : [el('tr', {}, el('td', { colspan: '6', class: 'muted' }, 'No waiting, pending or running jobs.'))];
   const html = rows.map((row) => row.outerHTML).join('');
   if (body.dataset.html !== html) {
     body.replaceChildren(...rows);
@@ -254,7 +258,7 @@ function chartFrame(container, maxValue, spanMs = 3600000) {
 function renderDepth(samples) {
   const container = $('depth-chart');
   const now = Date.now();
-  const max = Math.max(1, ...samples.map((s) => Math.max(s.pending, s.running)));
+  const max = Math.max(1, ...samples.map((s) => Math.max(s.waiting, s.pending, s.running)));
   // Samples exist only since the server started: span what there is (5 to 60 minutes).
   const span = Math.min(3600000, Math.max(300000, now - (samples[0]?.t ?? now)));
   const { root, plot } = chartFrame(container, max, span);
@@ -265,12 +269,13 @@ function renderDepth(samples) {
       svg('text', { class: 'empty', x: plot.x + 10, y: plot.y + plot.h / 2 }, 'collecting samples…'),
     );
   } else {
-    for (const key of ['pending', 'running']) {
+    for (const key of ['waiting', 'pending', 'running']) {
       const points = samples.map((s) => `${x(s.t).toFixed(1)},${y(s[key]).toFixed(1)}`).join(' ');
       root.append(svg('polyline', { class: `${key}-line`, points }));
     }
   }
   swapChart(container, root, [
+    ['waiting', 'var(--waiting)'],
     ['pending', 'var(--pending)'],
     ['running', 'var(--running)'],
   ]);
@@ -411,6 +416,9 @@ function renderDetail(job) {
     ...row('attempts', `${job.attempts} of ${job.maxAttempts}`),
     ...row('dedupe key', job.dedupeKey ?? '—'),
     ...row('group', job.group ?? '—'),
+    ...row('flow', flowLink(job)),
+    ...row('depends on', jobLinks(job.dependsOn, 'detail-depends-on')),
+    ...row('dependents', jobLinks(job.dependents, 'detail-dependents')),
     ...row('run after', time(job.runAfter)),
     ...row('worker', job.workerId ?? '—'),
     ...row('lease until', time(job.leaseUntil)),
@@ -432,8 +440,34 @@ function renderDetail(job) {
     ...block('Last error', job.lastError ?? '—', 'detail-error'),
   );
   $('detail').dataset.status = job.status;
+  state.openDependents = job.dependents?.length ?? 0;
   $('action-requeue').hidden = job.status !== 'dead';
-  $('action-cancel').hidden = job.status !== 'pending' && job.status !== 'running';
+  $('action-cancel').hidden = !['waiting', 'pending', 'running'].includes(job.status);
+}
+
+/** SPEC §10 the job's flow, as a link to the flow page ("merge in 0b6a…"), or a dash. */
+function flowLink(job) {
+  if (!job.flowId) return '—';
+  const text = job.flowRef === null ? job.flowId : `${job.flowRef} in ${job.flowId}`;
+  return el(
+    'span',
+    { class: 'detail-links' },
+    el('a', { href: `#/flows/${encodeURIComponent(job.flowId)}`, 'data-testid': 'detail-flow' }, text),
+  );
+}
+
+/** Links to jobs by id (the first JOB_LINKS of them), or a dash. */
+const JOB_LINKS = 50;
+function jobLinks(ids, testid) {
+  if (!ids || ids.length === 0) return '—';
+  const links = [];
+  for (const id of ids.slice(0, JOB_LINKS)) {
+    if (links.length) links.push(', ');
+    links.push(el('a', { href: `#/jobs/${encodeURIComponent(id)}` }, `#${id}`));
+  }
+  if (ids.length > JOB_LINKS)
+    links.push(el('span', { class: 'more' }, ` +${number(ids.length - JOB_LINKS)} more`));
+  return el('span', { class: 'detail-links', 'data-testid': testid }, ...links);
 }
 
 function confirmAction(text) {
@@ -453,7 +487,9 @@ async function act(action) {
   const text =
     action === 'requeue'
       ? `Requeue job ${id}? It goes back to pending with its attempts reset.`
-      : `Cancel job ${id}? A running job is aborted by its worker.`;
+      : `Cancel job ${id}? A running job is aborted by its worker.${
+          state.openDependents > 0 ? ' The jobs waiting for it are cancelled with it.' : ''
+        }`;
   if (!(await confirmAction(text))) return;
   try {
     await api(`/jobs/${encodeURIComponent(id)}/${action}`, { method: 'POST' });
@@ -463,6 +499,327 @@ async function act(action) {
   } catch (error) {
     setText($('action-message'), error.message);
   }
+}
+
+// ---------------------------------------------------------------- flow page (SPEC §10)
+
+/** Drawn nodes per layer and layers drawn: a 10,000-job fan-out draws 40 and a "+9,960 more" box. */
+const FLOW_LAYER_NODES = 40;
+const FLOW_LAYERS = 60;
+/** A flow larger than this is fetched again every FLOW_LARGE_REFRESH_MS, not every refresh. */
+const FLOW_LARGE = 1000;
+const FLOW_LARGE_REFRESH_MS = 15000;
+const NODE = { w: 190, h: 44, col: 260, row: 58, pad: 24, top: 34 };
+/** Which jobs of a capped layer are drawn first: the ones an operator looks for. */
+const STATUS_RANK = { dead: 0, running: 1, pending: 2, waiting: 3, cancelled: 4, done: 5 };
+const byNumber = (a, b) => a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+
+/**
+ * A layered layout: each job in the layer after its deepest dependency in the flow (longest
+ * path, Kahn's order), each layer ordered by the mean position of its jobs' dependencies (fewer
+ * crossings), then capped at FLOW_LAYER_NODES drawn jobs; the rest of a layer become one "more"
+ * node with their counts by status. Edges out of the flow are listed apart.
+ */
+function layoutFlow(graph) {
+  const jobs = graph.jobs;
+  const index = new Map(jobs.map((job, i) => [job.id, i]));
+  const deps = jobs.map(() => []);
+  const dependents = jobs.map(() => []);
+  const external = [];
+  for (const edge of graph.edges) {
+    const j = index.get(edge.job);
+    const d = index.get(edge.dependsOn);
+    if (j === undefined) continue;
+    if (d === undefined) external.push(edge);
+    else {
+      deps[j].push(d);
+      dependents[d].push(j);
+    }
+  }
+  const left = deps.map((list) => list.length);
+  const layer = new Array(jobs.length).fill(-1);
+  const ready = [];
+  left.forEach((n, i) => {
+    if (n === 0) {
+      layer[i] = 0;
+      ready.push(i);
+    }
+  });
+  for (let r = 0; r < ready.length; r++) {
+    const i = ready[r];
+    for (const j of dependents[i]) {
+      layer[j] = Math.max(layer[j], layer[i] + 1);
+      if (--left[j] === 0) ready.push(j);
+    }
+  }
+  let depth = 0;
+  for (const i of ready) depth = Math.max(depth, layer[i] + 1);
+  const layers = Array.from({ length: depth }, () => []);
+  const stuck = [];
+  jobs.forEach((_, i) => {
+    if (left[i] === 0) layers[layer[i]].push(i);
+    else stuck.push(i);
+  });
+  if (stuck.length) layers.push(stuck); // a cycle cannot be enqueued; shown rather than lost
+  // Order each layer by where its jobs' dependencies sit, then cap it.
+  const position = new Array(jobs.length).fill(0);
+  const drawn = [];
+  for (const [l, members] of layers.slice(0, FLOW_LAYERS).entries()) {
+    const key = (i) =>
+      deps[i].length ? deps[i].reduce((sum, d) => sum + position[d], 0) / deps[i].length : 0;
+    const keys = new Map(members.map((i) => [i, key(i)]));
+    members.sort((a, b) => keys.get(a) - keys.get(b) || byNumber(jobs[a].id, jobs[b].id));
+    members.forEach((i, p) => {
+      position[i] = p;
+    });
+    let shown = members;
+    let hidden = [];
+    if (members.length > FLOW_LAYER_NODES) {
+      const rank = (i) => STATUS_RANK[jobs[i].status] ?? 9;
+      const picked = new Set(
+        [...members]
+          .sort((a, b) => rank(a) - rank(b) || position[a] - position[b])
+          .slice(0, FLOW_LAYER_NODES),
+      );
+      shown = members.filter((i) => picked.has(i));
+      hidden = members.filter((i) => !picked.has(i));
+    }
+    drawn.push({ layer: l, size: members.length, shown, hidden });
+  }
+  const notDrawn = layers.slice(FLOW_LAYERS).reduce((n, members) => n + members.length, 0);
+  return { jobs, layers: drawn, deps, external, notDrawn, depth: layers.length };
+}
+
+function clip(text, max) {
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
+function countsByStatus(jobs) {
+  const counts = new Map();
+  for (const job of jobs) counts.set(job.status, (counts.get(job.status) ?? 0) + 1);
+  return STATUSES.filter((s) => counts.has(s)).map((s) => [s, counts.get(s)]);
+}
+
+function renderFlow(graph) {
+  const layout = layoutFlow(graph);
+  const { jobs } = layout;
+  setText($('flow-id'), graph.flowId);
+  const summary = $('flow-summary');
+  summary.replaceChildren(
+    `${number(jobs.length)} job${jobs.length === 1 ? '' : 's'} in ${number(layout.depth)} layer${layout.depth === 1 ? '' : 's'}: `,
+    ...countsByStatus(jobs).flatMap(([status, n], i) => [
+      i ? ', ' : '',
+      `${number(n)} `,
+      statusBadge(status),
+    ]),
+  );
+  const capped = layout.layers.some((l) => l.hidden.length);
+  const notes = [];
+  if (capped)
+    notes.push(
+      `Layers with more than ${FLOW_LAYER_NODES} jobs show ${FLOW_LAYER_NODES} (dead and running first) and a box for the rest.`,
+    );
+  if (layout.notDrawn)
+    notes.push(`${number(layout.notDrawn)} jobs in layers past ${FLOW_LAYERS} are not drawn.`);
+  if (notes.length) notes.push('skiplock flow ID lists every job.');
+  if (jobs.length > FLOW_LARGE)
+    notes.push(`A flow this large is refreshed every ${FLOW_LARGE_REFRESH_MS / 1000} s.`);
+  setText($('flow-note'), notes.join(' '));
+  $('flow-note').hidden = notes.length === 0;
+
+  // Positions: a column per layer; a layer's "more" box under its drawn jobs.
+  const at = new Map();
+  const more = [];
+  let rows = 1;
+  for (const l of layout.layers) {
+    const x = NODE.pad + l.layer * NODE.col;
+    l.shown.forEach((i, r) => {
+      at.set(i, { x, y: NODE.top + r * NODE.row });
+    });
+    if (l.hidden.length) {
+      const box = { x, y: NODE.top + l.shown.length * NODE.row, layer: l };
+      more.push(box);
+      for (const i of l.hidden) at.set(i, box);
+    }
+    rows = Math.max(rows, l.shown.length + (l.hidden.length ? 1 : 0));
+  }
+  const width = NODE.pad * 2 + Math.max(1, layout.layers.length) * NODE.col - (NODE.col - NODE.w);
+  const height = NODE.top + rows * NODE.row + NODE.pad;
+  const root = svg('svg', {
+    width,
+    height,
+    viewBox: `0 0 ${width} ${height}`,
+    role: 'img',
+    'aria-label': `Flow of ${jobs.length} jobs`,
+    'data-testid': 'flow-svg',
+  });
+  const marker = svg('marker', {
+    id: 'flow-arrow',
+    viewBox: '0 0 10 10',
+    refX: 10,
+    refY: 5,
+    markerWidth: 7,
+    markerHeight: 7,
+    orient: 'auto-start-reverse',
+  });
+  marker.append(svg('path', { d: 'M 0 0 L 10 5 L 0 10 z', class: 'arrowhead' }));
+  const defs = svg('defs');
+  defs.append(marker);
+  root.append(defs);
+  for (const l of layout.layers) {
+    root.append(
+      svg(
+        'text',
+        { class: 'layer-label', x: NODE.pad + l.layer * NODE.col, y: 20 },
+        `layer ${l.layer} · ${number(l.size)}`,
+      ),
+    );
+  }
+  // Edges first (under the nodes), one per pair of drawn boxes.
+  const edges = svg('g', { class: 'edges' });
+  const seen = new Set();
+  layout.deps.forEach((list, j) => {
+    const to = at.get(j);
+    if (!to) return;
+    for (const d of list) {
+      const from = at.get(d);
+      if (!from || from === to) continue;
+      const key = `${from.x},${from.y}>${to.x},${to.y}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      const x1 = from.x + NODE.w;
+      const y1 = from.y + NODE.h / 2;
+      const x2 = to.x - 2;
+      const y2 = to.y + NODE.h / 2;
+      const bend = Math.max(30, (x2 - x1) / 2);
+      edges.append(
+        svg('path', {
+          class: 'edge',
+          d: `M ${x1} ${y1} C ${x1 + bend} ${y1}, ${x2 - bend} ${y2}, ${x2} ${y2}`,
+          'marker-end': 'url(#flow-arrow)',
+        }),
+      );
+    }
+  });
+  root.append(edges);
+  for (const l of layout.layers) {
+    for (const i of l.shown) root.append(flowNode(jobs[i], at.get(i)));
+  }
+  for (const box of more) root.append(moreNode(box, jobs));
+  const container = $('flow-graph');
+  container.replaceChildren(root);
+
+  const external = $('flow-external');
+  if (layout.external.length) {
+    const links = [];
+    for (const edge of layout.external.slice(0, JOB_LINKS)) {
+      if (links.length) links.push(', ');
+      links.push(el('a', { href: `#/jobs/${encodeURIComponent(edge.dependsOn)}` }, `#${edge.dependsOn}`));
+      links.push(` (for #${edge.job})`);
+    }
+    if (layout.external.length > JOB_LINKS)
+      links.push(` +${number(layout.external.length - JOB_LINKS)} more`);
+    external.replaceChildren('Depends on jobs outside this flow: ', ...links);
+  }
+  external.hidden = layout.external.length === 0;
+}
+
+/** One job: a link to its page, coloured by status; ref (or #id) and task as text nodes. */
+function flowNode(job, { x, y }) {
+  const name = job.flowRef ?? `#${job.id}`;
+  const node = svg('a', {
+    href: `#/jobs/${encodeURIComponent(job.id)}`,
+    class: `node ${job.status}`,
+    'data-id': job.id,
+    'data-status': job.status,
+    'data-testid': `flow-node-${job.id}`,
+    'aria-label': `Job ${job.id} ${name}: ${job.task}, ${job.status}`,
+  });
+  node.append(
+    svg('title', {}, `${name} · job ${job.id} · ${job.task} · ${job.status}`),
+    svg('rect', { x, y, width: NODE.w, height: NODE.h, rx: 6 }),
+    svg('text', { class: 'ref', x: x + 10, y: y + 18 }, clip(name, 26)),
+    svg('text', { class: 'task', x: x + 10, y: y + 34 }, clip(`${job.task} · ${job.status}`, 30)),
+  );
+  return node;
+}
+
+/** The rest of a capped layer: how many, by status. */
+function moreNode({ x, y, layer }, jobs) {
+  const counts = countsByStatus(layer.hidden.map((i) => jobs[i]));
+  const node = svg('g', { class: 'node more', 'data-testid': `flow-more-${layer.layer}` });
+  node.append(
+    svg('title', {}, counts.map(([s, n]) => `${number(n)} ${s}`).join(', ')),
+    svg('rect', { x, y, width: NODE.w, height: NODE.h, rx: 6 }),
+    svg('text', { class: 'ref', x: x + 10, y: y + 18 }, `+${number(layer.hidden.length)} more`),
+    svg(
+      'text',
+      { class: 'task', x: x + 10, y: y + 34 },
+      clip(counts.map(([s, n]) => `${number(n)} ${s}`).join(' · '), 30),
+    ),
+  );
+  return node;
+}
+
+async function refreshFlow(force = false) {
+  const flow = state.flow;
+  if (!force && flow.large && Date.now() - flow.at < FLOW_LARGE_REFRESH_MS) return;
+  let graph;
+  try {
+    graph = await api(`/flows/${encodeURIComponent(flow.id)}`);
+  } catch (error) {
+    if (!(error instanceof ApiError) || (error.status !== 404 && error.status !== 400)) throw error;
+    if (state.flow !== flow) return;
+    setText($('flow-id'), flow.id);
+    setText($('flow-summary'), error.message);
+    $('flow-graph').replaceChildren();
+    $('flow-note').hidden = true;
+    $('flow-external').hidden = true;
+    flow.key = null;
+    $('flow-view').dataset.loaded = flow.id;
+    return;
+  }
+  if (state.flow !== flow) return; // left the page meanwhile
+  flow.at = Date.now();
+  flow.large = graph.jobs.length > FLOW_LARGE;
+  // Redrawn only when a job or an edge changed: the scroll position and focus stay.
+  const key = `${graph.edges.length}|${graph.jobs.map((j) => `${j.id}:${j.status}`).join(',')}`;
+  if (key !== flow.key) {
+    flow.key = key;
+    renderFlow(graph);
+  }
+  $('flow-view').dataset.loaded = flow.id;
+}
+
+// ---------------------------------------------------------------- routes: #/flows/ID, #/jobs/ID
+
+const FLOW_ROUTE = /^#\/flows\/([^/]+)$/;
+const JOB_ROUTE = /^#\/jobs\/([^/]+)$/;
+
+/** The page for the address: the overview or a flow; a job route opens its dialog over either. */
+function route() {
+  const hash = location.hash;
+  const job = JOB_ROUTE.exec(hash);
+  if (job) {
+    void openJob(decodeURIComponent(job[1]));
+    return;
+  }
+  const flow = FLOW_ROUTE.exec(hash);
+  const flowId = flow ? decodeURIComponent(flow[1]) : null;
+  if ($('detail').open) $('detail').close();
+  if (flowId === (state.flow?.id ?? null)) return;
+  state.flow = flowId === null ? null : { id: flowId, key: null, at: 0, large: false };
+  $('overview').hidden = flowId !== null;
+  $('flow-view').hidden = flowId === null;
+  document.body.dataset.view = flowId === null ? 'overview' : 'flow';
+  delete $('flow-view').dataset.loaded;
+  if (flowId !== null) {
+    $('flow-graph').replaceChildren();
+    setText($('flow-summary'), 'loading…');
+    window.scrollTo(0, 0);
+    $('flow-heading').focus();
+  }
+  void refresh();
 }
 
 // ---------------------------------------------------------------- refresh loop
@@ -477,22 +834,14 @@ function report(error) {
 }
 
 async function refresh() {
-  if (state.busy) return;
+  if (state.busy) {
+    state.again = true; // a page switch must not wait for the next tick
+    return;
+  }
   state.busy = true;
   try {
-    const [ops, queues, page, history, schedules] = await Promise.all([
-      api('/ops'),
-      api('/queues'),
-      api(`/jobs${jobQuery()}`),
-      api('/history'),
-      api('/schedules'),
-    ]);
-    renderOps(ops);
-    renderQueues(queues);
-    renderSchedules(schedules);
-    renderJobs(page);
-    renderDepth(history.depth);
-    renderThroughput(history.throughput);
+    if (state.flow) await refreshFlow();
+    else await refreshOverview();
     if (state.openJob && $('detail').open)
       renderDetail(await api(`/jobs/${encodeURIComponent(state.openJob)}`));
     connection(true, 'live');
@@ -502,7 +851,27 @@ async function refresh() {
     report(error);
   } finally {
     state.busy = false;
+    if (state.again) {
+      state.again = false;
+      void refresh();
+    }
   }
+}
+
+async function refreshOverview() {
+  const [ops, queues, page, history, schedules] = await Promise.all([
+    api('/ops'),
+    api('/queues'),
+    api(`/jobs${jobQuery()}`),
+    api('/history'),
+    api('/schedules'),
+  ]);
+  renderOps(ops);
+  renderQueues(queues);
+  renderSchedules(schedules);
+  renderJobs(page);
+  renderDepth(history.depth);
+  renderThroughput(history.throughput);
 }
 
 function schedule() {
@@ -564,7 +933,13 @@ $('action-requeue').addEventListener('click', () => void act('requeue'));
 $('action-cancel').addEventListener('click', () => void act('cancel'));
 $('detail').addEventListener('close', () => {
   state.openJob = null;
+  // Closed over the page it was opened from: the address names that page again.
+  if (JOB_ROUTE.test(location.hash)) {
+    const page = state.flow ? `#/flows/${encodeURIComponent(state.flow.id)}` : '#/';
+    history.replaceState(null, '', page);
+  }
 });
+window.addEventListener('hashchange', route);
 $('auto-refresh').addEventListener('change', schedule);
 $('token-form').addEventListener('submit', (event) => {
   event.preventDefault();
@@ -578,5 +953,9 @@ document.addEventListener('visibilitychange', () => {
 });
 
 if (document.body.dataset.authRequired === 'true' && !state.token) $('token-form').hidden = false;
-void refresh();
+if (FLOW_ROUTE.test(location.hash)) route();
+else {
+  void refresh();
+  if (JOB_ROUTE.test(location.hash)) route();
+}
 schedule();
