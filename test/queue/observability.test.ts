@@ -77,7 +77,14 @@ describe('observability', () => {
     });
     expect(ops.oldestPendingSec).toBeGreaterThanOrEqual(89);
     expect(ops.oldestPendingSec).toBeLessThan(120);
-    expect(await queue.counts()).toEqual({ pending: 4, running: 5, done: 7, dead: 6, cancelled: 4 });
+    expect(await queue.counts()).toEqual({
+      waiting: 0,
+      pending: 4,
+      running: 5,
+      done: 7,
+      dead: 6,
+      cancelled: 4,
+    });
   });
 
   test('list: filters and keyset paging, newest first', async () => {
