@@ -77,6 +77,7 @@ DECLARE
   step_run integer := (was_done OR was_failed)::int - (now_done OR now_failed)::int;
   woken integer := 0;
   restored bigint[];
+  failure text := CASE WHEN NEW.status = 'dead' THEN 'ended dead' ELSE 'was cancelled' END;
   channel text := 'skiplock:' || TG_TABLE_SCHEMA;
 BEGIN
   IF octet_length(channel) > 63 THEN
@@ -128,9 +129,11 @@ BEGIN
     )
     UPDATE ${s}.jobs AS c SET
       status = 'cancelled', cancelled_by = v.via, updated_at = now(),
-      last_error = CASE WHEN v.via = NEW.id
-        THEN format('Cancelled: job %s, which it depends on, ended %s (onDependencyFailure ''cancel''); requeueing job %s brings this job back', NEW.id, NEW.status, NEW.id)
-        ELSE format('Cancelled: job %s, which it depends on, was cancelled because job %s ended %s; requeueing job %s brings this job back', v.via, NEW.id, NEW.status, NEW.id) END
+      last_error = format('Cancelled: %s (onDependencyFailure ''cancel'')%s',
+        CASE WHEN v.via = NEW.id THEN format('job %s, which it depends on, %s', NEW.id, failure)
+             ELSE format('job %s, which it depends on, was cancelled because job %s %s', v.via, NEW.id, failure) END,
+        -- only a dead job can be requeued (SPEC §3)
+        CASE WHEN NEW.status = 'dead' THEN format('; requeueing job %s brings this job back', NEW.id) ELSE '' END)
     FROM (SELECT DISTINCT ON (id) id, via FROM victims ORDER BY id, via) AS v
     WHERE c.id = v.id AND c.status = 'waiting';
   ELSIF was_failed AND NOT now_failed THEN
