@@ -184,12 +184,17 @@ export class Queue {
 
   /** The jobs of a flow, oldest first (SPEC §10); empty when there is no such flow. */
   async flow(flowId: string): Promise<Job[]> {
-    return (await this.open().flows.graph(requireFlowId(flowId))).jobs;
+    return this.open().flows.jobs(requireFlowId(flowId));
   }
 
-  /** A flow's jobs and the edges between them (what the dashboard draws). */
-  async flowGraph(flowId: string): Promise<FlowGraph> {
-    return this.open().flows.graph(requireFlowId(flowId));
+  /**
+   * A flow's jobs and the edges between them (what the dashboard draws); with `limit`, its
+   * oldest `limit` jobs and their edges, `truncated` telling whether there were more.
+   */
+  async flowGraph(flowId: string, options?: { limit?: number }): Promise<FlowGraph> {
+    const limit =
+      options?.limit === undefined ? null : requireInt(options.limit, 'options.limit', 1, 1_000_000);
+    return this.open().flows.graph(requireFlowId(flowId), limit);
   }
 
   /**

@@ -159,6 +159,8 @@ export interface FlowGraph {
   jobs: Job[];
   /** `job` depends on `dependsOn` (ids); dependencies outside the flow are included. */
   edges: { job: string; dependsOn: string }[];
+  /** The flow has more jobs than the `limit` asked for: the newest are left out (with their edges). */
+  truncated: boolean;
 }
 
 /** Dedupe modes (SPEC §8), each enforced by the database. */

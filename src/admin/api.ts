@@ -15,6 +15,8 @@ import type { History } from './history.js';
 const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
 /** Schedules per page of GET /api/schedules. */
 const SCHEDULE_PAGE = 500;
+/** Most jobs of one flow `GET /api/flows/:id` returns (the oldest; `truncated` says there are more). */
+const FLOW_GRAPH_LIMIT = 10_005;
 
 export function apiRoutes(queue: Queue, history: History): Hono {
   const api = new Hono();
@@ -70,7 +72,8 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   // SPEC §10 a flow's jobs and edges; no job in it is a 404 (an unknown id, or every job deleted).
   api.get('/flows/:id', async (c) => {
     const flowId = requireFlowId(c.req.param('id'), 'id');
-    const graph = await queue.flowGraph(flowId);
+    // §7 bounded: a flow that grew past this is drawn from its oldest jobs (`truncated`)
+    const graph = await queue.flowGraph(flowId, { limit: FLOW_GRAPH_LIMIT });
     if (graph.jobs.length === 0)
       throw new NotFoundError(`No flow with id ${flowId} (its jobs may have been deleted by retention)`);
     return c.json(graph);

@@ -15,6 +15,7 @@ import type {
   EnqueueResult,
   FlowGraph,
   FlowResult,
+  Job,
   JobDependencies,
   JobStatus,
 } from '../types.js';
@@ -67,15 +68,21 @@ export class Flows {
     return this.engine.read((db) => this.engine.store.flows.neighbours(db, jobId));
   }
 
-  /** A flow's jobs and edges (from the read replica when there is one). */
-  async graph(flowId: string): Promise<FlowGraph> {
-    const [jobs, edges] = await this.engine.read((db) =>
-      Promise.all([
-        this.engine.store.flows.flowJobs(db, flowId),
-        this.engine.store.flows.flowEdges(db, flowId),
-      ]),
-    );
-    return { flowId, jobs, edges };
+  /** A flow's jobs, oldest first (from the read replica when there is one). */
+  jobs(flowId: string): Promise<Job[]> {
+    return this.engine.read((db) => this.engine.store.flows.flowJobs(db, flowId));
+  }
+
+  /** A flow's jobs (its oldest `limit`, or all) and their edges. */
+  async graph(flowId: string, limit: number | null = null): Promise<FlowGraph> {
+    const { flows } = this.engine.store;
+    return this.engine.read(async (db) => {
+      const jobs = await flows.flowJobs(db, flowId, limit === null ? null : limit + 1);
+      const truncated = limit !== null && jobs.length > limit;
+      if (truncated) jobs.length = limit;
+      const edges = await flows.flowEdges(db, flowId, truncated ? (jobs.at(-1)?.id ?? null) : null);
+      return { flowId, jobs, edges, truncated };
+    });
   }
 
   /**

@@ -9,7 +9,7 @@ import { type JobRow, toJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import { quoteLiteral } from '../db/identifier.js';
 import type { Job, JobDependencies, JobStatus } from '../types.js';
-import { JOB_COLUMNS, RUN_AFTER } from './fragments.js';
+import { JOB_COLUMNS, MAX_BIGINT, RUN_AFTER } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** One job of a graph, ready for INSERT: its id drawn, its status and counter decided. */
@@ -110,14 +110,17 @@ export function flowSql(s: string) {
       WHERE d.job_id = $1::bigint
       ORDER BY p.id`,
 
-    /** §10 a flow's jobs, oldest first, through jobs_flow_idx. $1 flow id. */
-    flowJobs: `SELECT ${JOB_COLUMNS} FROM ${jobs} AS j WHERE flow_id = $1::uuid ORDER BY j.id`,
+    /** §10/§7 a flow's jobs, oldest first, through jobs_flow_idx, at most $2 (null: all). $1 flow id. */
+    flowJobs: `SELECT ${JOB_COLUMNS} FROM ${jobs} AS j WHERE flow_id = $1::uuid ORDER BY j.id LIMIT $2::int`,
 
-    /** §10 the edges of a flow's jobs (dependencies outside the flow too). $1 flow id. */
+    /**
+     * §10 the edges of a flow's jobs up to id $2 (null: all; dependencies outside the flow too).
+     * $1 flow id.
+     */
     flowEdges: `
       SELECT d.job_id::text AS job, d.depends_on::text AS depends_on
       FROM ${jobs} AS c JOIN ${deps} AS d ON d.job_id = c.id
-      WHERE c.flow_id = $1::uuid
+      WHERE c.flow_id = $1::uuid AND c.id <= coalesce($2::bigint, ${MAX_BIGINT})
       ORDER BY d.job_id, d.depends_on`,
 
     /** §10 the ids of a job's dependencies and dependents (the dashboard's job view). $1 job id. */
@@ -211,12 +214,17 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
     return out;
   }
 
-  async flowJobs(db: Executor, flowId: string): Promise<Job[]> {
-    return (await this.run<JobRow>(db, this.sql.flowJobs, [flowId])).map(toJob);
+  async flowJobs(db: Executor, flowId: string, limit: number | null = null): Promise<Job[]> {
+    return (await this.run<JobRow>(db, this.sql.flowJobs, [flowId, limit])).map(toJob);
   }
 
-  async flowEdges(db: Executor, flowId: string): Promise<{ job: string; dependsOn: string }[]> {
-    const rows = await this.run<{ job: string; depends_on: string }>(db, this.sql.flowEdges, [flowId]);
+  /** The edges of the flow's jobs whose id is at most `upTo` (null: all). */
+  async flowEdges(
+    db: Executor,
+    flowId: string,
+    upTo: string | null = null,
+  ): Promise<{ job: string; dependsOn: string }[]> {
+    const rows = await this.run<{ job: string; depends_on: string }>(db, this.sql.flowEdges, [flowId, upTo]);
     return rows.map((row) => ({ job: String(row.job), dependsOn: String(row.depends_on) }));
   }
 

@@ -1162,7 +1162,8 @@ describe("flows: GET /api/flows/:id, a job's dependencies, and waiting in every 
     expect(reply.status, reply.text).toBe(200);
     expect(reply.headers.get('content-type')).toMatch(/^application\/json/);
     expect(reply.body).toEqual(asJson(await queue.flowGraph(flowId)));
-    expect(Object.keys(reply.body)).toEqual(['flowId', 'jobs', 'edges']);
+    expect(Object.keys(reply.body)).toEqual(['flowId', 'jobs', 'edges', 'truncated']);
+    expect(reply.body.truncated).toBe(false);
     expect(reply.body.flowId).toBe(flowId);
     const shown = (reply.body.jobs as Job[]).map((j) => [j.flowRef, j.status, j.flowId]);
     expect(shown).toEqual([

@@ -53,6 +53,15 @@ describe('enqueueFlow', () => {
     const flow = await queue.flow(flowId);
     expect(flow.map((j) => j.flowRef)).toEqual(['a', 'b', 'c', 'merge']);
     expect(flow.every((j) => j.flowId === flowId)).toBe(true);
+    // a bounded graph: the oldest jobs and only their edges
+    const whole = await queue.flowGraph(flowId);
+    expect(whole.truncated).toBe(false);
+    expect(whole.edges).toHaveLength(4);
+    const part = await queue.flowGraph(flowId, { limit: 3 });
+    expect(part.truncated).toBe(true);
+    expect(part.jobs.map((j) => j.flowRef)).toEqual(['a', 'b', 'c']);
+    expect(part.edges).toEqual([{ job: jobs.c, dependsOn: jobs.a }]);
+    expect((await queue.flowGraph(flowId, { limit: 4 })).truncated).toBe(false);
   });
 
   test('a cycle, an unknown ref, an unknown id and a dedupe option are refused with nothing written', async () => {

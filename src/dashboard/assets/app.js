@@ -621,6 +621,8 @@ function renderFlow(graph) {
     );
   if (layout.notDrawn)
     notes.push(`${number(layout.notDrawn)} jobs in layers past ${FLOW_LAYERS} are not drawn.`);
+  if (graph.truncated)
+    notes.push(`The flow has more than ${number(jobs.length)} jobs: the newest are not shown.`);
   if (notes.length) notes.push('skiplock flow ID lists every job.');
   if (jobs.length > FLOW_LARGE)
     notes.push(`A flow this large is refreshed every ${FLOW_LARGE_REFRESH_MS / 1000} s.`);
