@@ -227,3 +227,64 @@ describe('ctx.dependencies()', () => {
     });
   });
 });
+
+describe('retention', () => {
+  test("retention 'delete' keeps a completed job with dependents (its result is what they read), deletes the rest", async () => {
+    const queue = db.queue({ schema: 'wf_retention', retention: { completed: 'delete' } });
+    await queue.migrate();
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'ret.a' },
+      { ref: 'b', task: 'ret.b', dependsOn: ['a'] },
+    ]);
+    const { id: lone } = await queue.enqueue('ret.lone', null);
+    // one alone, and the others in one batch
+    const [a] = await queue.claim('w', { tasks: ['ret.a'] });
+    expect(await queue.complete(a as never, 'A')).toBe(true);
+    const [l] = await queue.claim('w', { tasks: ['ret.lone'] });
+    expect(await queue.completeMany([{ lease: l as never, result: 'L' }])).toEqual([true]);
+    expect(await queue.get(lone)).toBeNull();
+    expect(await queue.get(jobs.a as string)).toMatchObject({ status: 'done', result: 'A' });
+    expect((await queue.get(jobs.b as string))?.status).toBe('pending');
+    // a batch with a job that has dependents and one that has none
+    const { jobs: more } = await queue.enqueueFlow([
+      { ref: 'p', task: 'ret.p' },
+      { ref: 'q', task: 'ret.q', dependsOn: ['p'] },
+    ]);
+    const { id: lone2 } = await queue.enqueue('ret.p', null);
+    const batch = await queue.claim('w', { tasks: ['ret.p'], limit: 10 });
+    expect(batch).toHaveLength(2);
+    expect(await queue.completeMany(batch.map((lease) => ({ lease, result: lease.id })))).toEqual([
+      true,
+      true,
+    ]);
+    expect(await queue.get(lone2)).toBeNull();
+    expect(await queue.get(more.p as string)).toMatchObject({ status: 'done', result: more.p });
+    expect((await queue.get(more.q as string))?.status).toBe('pending');
+    // a stale lease still completes nothing (not deleted, not kept)
+    expect(await queue.complete(a as never, 'again')).toBe(false);
+    const counts = await queue.counts();
+    expect(counts.done).toBe(4); // two rows kept, two deleted and counted
+  });
+
+  test('prune keeps a finished job while a dependent of it can still run, and deletes it after', async () => {
+    const queue = db.queue({ schema: 'wf_prune' });
+    await queue.migrate();
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'pr.a' },
+      { ref: 'b', task: 'pr.b' },
+      { ref: 'c', task: 'pr.c', dependsOn: ['a', 'b'] },
+    ]);
+    const [a] = await queue.claim('w', { tasks: ['pr.a'] });
+    await queue.complete(a as never, 'A');
+    await db.sql(`UPDATE "wf_prune".jobs SET updated_at = now() - interval '30 days' WHERE status = 'done'`);
+    expect(await queue.prune({ olderThanMs: 86_400_000 })).toBe(0);
+    expect((await queue.get(jobs.a as string))?.status).toBe('done');
+    for (const task of ['pr.b', 'pr.c']) {
+      const [job] = await queue.claim('w', { tasks: [task] });
+      await queue.complete(job as never, task);
+    }
+    await db.sql(`UPDATE "wf_prune".jobs SET updated_at = now() - interval '30 days'`);
+    expect(await queue.prune({ olderThanMs: 86_400_000 })).toBe(3);
+    expect(await db.sql(`SELECT * FROM "wf_prune".job_dependencies`)).toEqual([]);
+  });
+});
