@@ -171,4 +171,57 @@ describe('migrations', () => {
       attemptedBy: ['old-worker', 'new-worker'],
     });
   });
+
+  test('migration 14 on a populated version-13 schema: old jobs unchanged and claimable, a running one completes, and flows work', async () => {
+    const schema = 'from_v13';
+    const s = quoteIdent(schema);
+    await db.sql(`CREATE SCHEMA ${s}`);
+    await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
+                  applied_at timestamptz NOT NULL DEFAULT now())`);
+    for (const migration of MIGRATIONS.filter((m) => m.version <= 13)) {
+      await db.sql(migration.sql(s));
+      await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+        migration.version,
+        migration.name,
+      ]);
+    }
+    // what version 13 holds: a pending job, and one running under a lease (the package of that
+    // version cannot be run here: it is written as its statements would)
+    const [{ id: pending }] = (await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, payload) VALUES ('v13.pending', '{"n":1}') RETURNING id::text AS id`,
+    )) as [{ id: string }];
+    const [{ id: running }] = (await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, status, attempts, claims, worker_id, lease_until, run_started_at)
+       VALUES ('v13.running', 'running', 1, 1, 'old-worker', now() + interval '1 minute', now())
+       RETURNING id::text AS id`,
+    )) as [{ id: string }];
+    const lease = { id: running, workerId: 'old-worker', attempt: 1, token: '1' };
+    // the status check of version 13 refuses the new status
+    await expect(db.sql(`UPDATE ${s}.jobs SET status = 'waiting' WHERE id = $1`, [pending])).rejects.toThrow(
+      /jobs_status_check/,
+    );
+    const queue = db.queue({ schema });
+    expect((await queue.migrate()).applied).toEqual([14]);
+    expect(await queue.get(pending)).toMatchObject({
+      status: 'pending',
+      payload: { n: 1 },
+      flowId: null,
+      flowRef: null,
+    });
+    expect(await queue.complete(lease, 'finished after the migration')).toBe(true);
+    expect(await queue.get(running)).toMatchObject({
+      status: 'done',
+      result: 'finished after the migration',
+    });
+    const [claimed] = await queue.claim('new-worker', { tasks: ['v13.pending'] });
+    expect(claimed?.id).toBe(pending);
+    // an old job can be a dependency
+    const { id: child } = await queue.enqueue('v14.child', null, { dependsOn: [pending] });
+    expect((await queue.get(child))?.status).toBe('waiting');
+    expect(await queue.complete(claimed!, null)).toBe(true);
+    expect((await queue.get(child))?.status).toBe('pending');
+    await expect(db.sql(`UPDATE ${s}.jobs SET status = 'bogus' WHERE id = $1`, [child])).rejects.toThrow(
+      /jobs_status_check/,
+    );
+  });
 });
