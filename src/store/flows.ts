@@ -68,14 +68,15 @@ export function flowSql(s: string) {
 
     /**
      * §10/§1.6 a graph's jobs and edges in one statement (all rows or none); §1.9 one wake-up
-     * hint when any job went in pending. $1–$20 parallel arrays of the jobs' columns, $21 edge
+     * hint when any job went in pending. $1–$20 parallel arrays of the jobs' columns (the two
+     * flags as text), $21 edge
      * dependents, $22 edge dependencies, $23 channel.
      */
     insertGraph: `
       WITH input AS (
         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
                              $7::timestamptz[], $8::float8[], $9::int[], $10::text[], $11::text[], $12::text[],
-                             $13::int[], $14::int[], $15::boolean[], $16::boolean[], $17::bigint[], $18::text[],
+                             $13::int[], $14::int[], $15::text[], $16::text[], $17::bigint[], $18::text[],
                              $19::uuid[], $20::text[])
           AS t(id, queue, task, payload, priority, max_attempts, run_at, delay_ms, timeout_ms, group_key,
                trace_context, status, deps_left, deps_total, has_dependents, run_on_failure, cancelled_by,
@@ -85,8 +86,8 @@ export function flowSql(s: string) {
                              trace_context, status, deps_left, deps_total, has_dependents,
                              run_on_dependency_failure, cancelled_by, last_error, flow_id, flow_ref)
         SELECT id, queue, task, payload::jsonb, priority, max_attempts, ${RUN_AFTER('run_at', 'delay_ms')},
-               timeout_ms, group_key, trace_context::jsonb, status, deps_left, deps_total, has_dependents,
-               run_on_failure, cancelled_by, last_error, flow_id, flow_ref
+               timeout_ms, group_key, trace_context::jsonb, status, deps_left, deps_total, has_dependents::boolean,
+               run_on_failure::boolean, cancelled_by, last_error, flow_id, flow_ref
         FROM input
         RETURNING status
       ), edges AS (
@@ -178,8 +179,9 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
       col((r) => r.status),
       col((r) => r.depsLeft),
       col((r) => r.depsTotal),
-      col((r) => r.hasDependents),
-      col((r) => r.runOnDependencyFailure),
+      // flags as text: postgres.js (skiplock/adapters) cannot send an array of booleans
+      col((r) => String(r.hasDependents)),
+      col((r) => String(r.runOnDependencyFailure)),
       col((r) => r.cancelledBy),
       col((r) => r.lastError),
       col((r) => r.flowId),

@@ -197,6 +197,33 @@ export function adapterSuite(
       expect((await rowsOf(db, task)).map((row) => row.payload)).toEqual([{ v: 2 }, { p: 1 }]);
     });
 
+    test('enqueueFlow and dependsOn commit and roll back with the transaction (§10)', async () => {
+      const task = newTask();
+      const { id: existing } = await queue.enqueue(task, { n: 0 });
+      const nodes = [
+        { ref: 'a', task, payload: { n: 1 } },
+        { ref: 'b', task, payload: { n: 2 }, dependsOn: ['a', existing] },
+      ];
+      await rolledBack(async (client) => {
+        await queue.enqueueFlow(nodes, { client });
+        await queue.enqueue(task, { n: 3 }, { client, dependsOn: [existing] });
+      });
+      expect((await rowsOf(db, task)).map((r) => r.status)).toEqual(['pending']);
+      const { flowId, jobs } = await harness.transaction(async (client) => {
+        const flow = await queue.enqueueFlow(nodes, { client });
+        await queue.enqueue(task, { n: 3 }, { client, dependsOn: [existing] });
+        return flow;
+      });
+      expect((await queue.flow(flowId)).map((j) => [j.flowRef, j.status])).toEqual([
+        ['a', 'pending'],
+        ['b', 'waiting'],
+      ]);
+      expect(await queue.dependenciesOf(jobs.b as string)).toEqual({
+        dependsOn: [existing, jobs.a].sort((x, y) => Number(x) - Number(y)),
+        dependents: [],
+      });
+    });
+
     test('complete commits and rolls back with the transaction', async () => {
       const task = newTask();
       await queue.enqueue(task, { n: 1 });
