@@ -288,3 +288,41 @@ describe('retention', () => {
     expect(await db.sql(`SELECT * FROM "wf_prune".job_dependencies`)).toEqual([]);
   });
 });
+
+describe('wake-up', () => {
+  // the trigger derives the schema's channel in SQL, as notifyChannel does in TypeScript (hashed
+  // when too long for an identifier): a mismatch leaves the worker asleep until its 30 s poll
+  test.each([
+    ['a short schema name', 'wf_wake'],
+    ['a schema name too long for its channel', `wf_wake_${'ü'.repeat(27)}`],
+  ])('an unblocked job wakes a sleeping worker at once (%s)', async (_, schema) => {
+    const queue = db.queue({ schema });
+    await queue.migrate();
+    const { jobs } = await queue.enqueueFlow([
+      { ref: 'a', task: 'wake.a' },
+      { ref: 'b', task: 'wake.b', dependsOn: ['a'] },
+    ]);
+    const [a] = await queue.claim('manual', { tasks: ['wake.a'] });
+    let started = 0;
+    const worker = db.worker({
+      queue,
+      tasks: {
+        'wake.b': async () => {
+          started = Date.now();
+        },
+      },
+      pollIntervalMs: 30_000,
+    });
+    await worker.start();
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 300)); // its first claim found nothing
+      const completedAt = Date.now();
+      expect(await queue.complete(a as never, null)).toBe(true);
+      const done = await queue.waitFor(jobs.b as string, { timeoutMs: 10_000 });
+      expect(done.status).toBe('done');
+      expect(started - completedAt).toBeLessThan(5_000);
+    } finally {
+      await worker.stop();
+    }
+  });
+});
