@@ -163,9 +163,12 @@ BEGIN
 END
 $fn$;
 
+-- running → done is left to the completing statements (UNBLOCK in src/store/fragments.ts), which
+-- count a whole batch down with one update per dependent
 CREATE TRIGGER dependency_changed AFTER UPDATE OF status ON ${s}.jobs FOR EACH ROW
   WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status
-        AND (OLD.status IN ('done', 'dead', 'cancelled') OR NEW.status IN ('done', 'dead', 'cancelled')))
+        AND (OLD.status IN ('done', 'dead', 'cancelled') OR NEW.status IN ('done', 'dead', 'cancelled'))
+        AND NOT (OLD.status = 'running' AND NEW.status = 'done'))
   EXECUTE FUNCTION ${s}.dependency_changed();
 
 CREATE FUNCTION ${s}.dependencies_deleted() RETURNS trigger LANGUAGE plpgsql AS $fn$

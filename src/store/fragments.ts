@@ -59,16 +59,41 @@ export const SUPERSEDED = (holder: string, key: string) =>
   `format('Superseded: job %s was already queued for dedupe key %s (scope ''pending''), so this job was cancelled instead of going back to the queue', ${holder}, ${key})`;
 
 /**
- * §10 the dependents of the jobs whose ids are the array `ids` (SQL), locked in id order — as
- * the body of a MATERIALIZED CTE that a batch statement reads before it changes any of those
- * jobs: their triggers then find every dependent already locked, and two batches that share
- * dependents queue on them in one order instead of deadlocking (a trigger of one row locks
- * only its own dependents). An index probe per id when there are none.
+ * §10 running → done unblocks in the completing statement itself (migration 14's trigger leaves
+ * that one transition to it), as two CTEs over CTE `done` (the completed jobs: id,
+ * has_dependents):
+ * - `dependents`: the dependents of the completed jobs that have any, locked in id order. Two
+ *   completions whose jobs share dependents queue on them in one order (no deadlock), after
+ *   their own jobs, which no other completion holds. The edges are probed through their index
+ *   by a LATERAL lookup per job with dependents (OFFSET 0 keeps the planner from flattening it
+ *   into a scan of every edge); a batch without any reads no edge (§7).
+ * - `unblocked`: each of them counts its finished dependencies down by how many are in `done` —
+ *   one update per dependent, however many of its dependencies the batch holds — and the one
+ *   that reaches zero goes waiting → pending, due from now at the latest. It runs after the
+ *   locks: a row that a transaction committed after this statement's snapshot is re-read
+ *   before it is updated, so each count is exact and exactly one completion sees it reach zero.
  */
-export const LOCK_DEPENDENTS = (s: string, ids: string) => `
+export const UNBLOCK = (s: string, done: string) => `dependents AS MATERIALIZED (
         SELECT c.id FROM ${s}.jobs AS c
-        WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ANY (${ids}::bigint[]))
-        ORDER BY c.id FOR NO KEY UPDATE OF c`;
+        WHERE c.id IN (SELECT d.job_id FROM ${done} AS f
+                       CROSS JOIN LATERAL (SELECT e.job_id FROM ${s}.job_dependencies AS e
+                                           WHERE e.depends_on = f.id OFFSET 0) AS d
+                       WHERE f.has_dependents)
+        ORDER BY c.id FOR NO KEY UPDATE OF c
+      ), unblocked AS (
+        UPDATE ${s}.jobs AS c SET
+          deps_left = c.deps_left - k.n,
+          status = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN 'pending' ELSE c.status END,
+          run_after = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN greatest(c.run_after, now())
+                           ELSE c.run_after END,
+          updated_at = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN now() ELSE c.updated_at END
+        FROM (SELECT d.job_id, count(*)::int AS n FROM ${done} AS f
+              CROSS JOIN LATERAL (SELECT e.job_id FROM ${s}.job_dependencies AS e
+                                  WHERE e.depends_on = f.id OFFSET 0) AS d
+              WHERE f.has_dependents GROUP BY d.job_id) AS k
+        WHERE c.id = k.job_id AND (SELECT count(*) FROM dependents) >= 0
+        RETURNING c.status
+      )`;
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 export const ACTIVE = `status IN ('pending', 'running')`;

@@ -10,10 +10,10 @@ import {
   countDeleted,
   HOLDER,
   LEASE_GUARD,
-  LOCK_DEPENDENTS,
   OPAQUE_RUNNING,
   SUPERSEDED,
   TOOK_OVER,
+  UNBLOCK,
 } from './fragments.js';
 import { byId, leaseKey, leaseValues, type Runner, StatementFamily } from './runner.js';
 
@@ -25,13 +25,19 @@ export function outcomeSql(s: string) {
      * §1.2/§1.3 running → done, only under the lease (all four fields). §1.9/§8 a job of a key of
      * scope 'pending' wakes workers: the key's queued job may start now. $5 result, $6 channel.
      * No void column (pg_notify's is cast to text): it may run on an ORM's client, which may not
-     * read one (Prisma, skiplock/adapters).
+     * read one (Prisma, skiplock/adapters). §10 unblocks its dependents in the same statement
+     * (see UNBLOCK).
      */
     complete: `
-      UPDATE ${jobs} SET status = 'done', result = $5::jsonb, lease_until = NULL, worker_id = NULL,
-                         updated_at = now()
-      WHERE ${LEASE_GUARD}
-      RETURNING id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs')::text END AS notified`,
+      WITH done AS (
+        UPDATE ${jobs} SET status = 'done', result = $5::jsonb, lease_until = NULL, worker_id = NULL,
+                           updated_at = now()
+        WHERE ${LEASE_GUARD}
+        RETURNING id, pending_key, has_dependents
+      ), ${UNBLOCK(s, 'done')}
+      SELECT id, CASE WHEN pending_key IS NOT NULL OR EXISTS (SELECT 1 FROM unblocked WHERE status = 'pending')
+                      THEN pg_notify($6, 'jobs')::text END AS notified
+      FROM done`,
 
     /**
      * §1.2/§1.3 running → deleted (`retention: { completed: 'delete' }`), only under the lease;
@@ -74,21 +80,25 @@ export function outcomeSql(s: string) {
      * that no longer owns its job completes nothing. Returns the (id, token) of each lease that
      * completed, so a stale and a live lease of one job get their own answers. Rows are found by
      * primary key (see OPAQUE_RUNNING). §8 wakes workers as complete does (one NOTIFY per
-     * transaction: PostgreSQL folds repeats). §10 the batch's dependents are locked first, in id
-     * order (see LOCK_DEPENDENTS).
+     * transaction: PostgreSQL folds repeats). §10 unblocks the batch's dependents in the same
+     * statement, locked in id order, one counter update per dependent (see UNBLOCK).
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text), $6 channel.
      */
     completeMany: `
-      WITH dependents AS MATERIALIZED (${LOCK_DEPENDENTS(s, '$1')}
+      WITH done AS (
+        UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
+                                updated_at = now()
+        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[])
+             AS c(id, worker_id, attempt, token, result)
+        WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+          AND j.claims = c.token
+        RETURNING j.id, c.token, j.pending_key, j.has_dependents
+      ), ${UNBLOCK(s, 'done')}, notified AS (
+        SELECT pg_notify($6, 'jobs')
+        FROM (SELECT 1 FROM done WHERE pending_key IS NOT NULL
+              UNION ALL SELECT 1 FROM unblocked WHERE status = 'pending' LIMIT 1) AS any_woken
       )
-      UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
-                              updated_at = now()
-      FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[])
-           AS c(id, worker_id, attempt, token, result)
-      WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
-        AND j.claims = c.token AND (SELECT count(*) FROM dependents) >= 0
-      RETURNING j.id::text AS id, c.token::text AS token,
-                CASE WHEN j.pending_key IS NOT NULL THEN pg_notify($6, 'jobs') END AS notified`,
+      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified FROM done`,
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are

@@ -3,11 +3,13 @@
  * done, even when its dependencies finish at the same instant in different workers; batches of
  * completions whose jobs share dependents do not deadlock.
  *
- * Deliberate breaks seen failing: the trigger deciding "all done?" with NOT EXISTS over the
- * dependencies instead of the locked counter (500 parents: the child never became pending —
- * each finishing transaction saw the others' parents still running); the trigger without its
- * lock of the dependents (one per statement: the child stayed waiting, its counter at 1 — a
- * decrement was lost); completeMany without its LOCK_DEPENDENTS CTE (the shared-dependents test).
+ * Deliberate breaks seen failing (on the first design, where a trigger per completed row moved
+ * its dependents' counters): the trigger without its lock of the dependents (one per statement:
+ * the child stayed waiting, its counter at 1 — a decrement was lost); a batch statement without
+ * a lock of the batch's dependents in id order (the shared-dependents test: deadlock_detected).
+ * The completing statements now count a batch's dependents down themselves (UNBLOCK in
+ * src/store/fragments.ts); its explicit lock order is also what today's plans give by their
+ * sort before the counter update, so removing that lock alone no longer fails here.
  */
 import { describe, expect, test } from 'vitest';
 import type { Queue } from '../../src/queue.js';
