@@ -1,5 +1,5 @@
 /**
- * A worker process of the benchmark (W2 drain + memory, W5 steady state). The runner forks it with
+ * A worker process of the benchmark (W2 drain + memory, W5 steady state, workflows). The runner forks it with
  * the same Node binary; it runs one system's consumer until told to stop, then reports:
  *   → { type: 'ready', startedAt, readyAt }       consumer running
  *   → { type: 'handled', at }                     (drain) the expected number of handlers ran
@@ -15,9 +15,10 @@ import type { BenchEnv, BenchPayload, Consumer, SystemName } from './systems/typ
 export interface ChildSpec {
   system: SystemName;
   env: BenchEnv;
-  mode: 'drain' | 'steady';
+  /** flow: every job's handler start and end, and its completion's report, by payload i (0..expect − 1). */
+  mode: 'drain' | 'steady' | 'flow';
   concurrency: number;
-  /** drain: the number of jobs after which 'handled' is sent. */
+  /** drain: the number of jobs after which 'handled' is sent; flow: the size of the flow (i 0..expect − 1). */
   expect: number;
   /** The child exits (code 4) if still running after this long. */
   lifetimeMs: number;
@@ -38,6 +39,10 @@ export interface ChildResult {
   /** steady: handler starts inside the window, and their enqueue → start latencies (ms). */
   inWindow: number;
   latencies: Float64Array;
+  /** flow: wall-clock ms of each job's handler start, handler end, completion report (0: none), by i. */
+  starts?: Float64Array;
+  ends?: Float64Array;
+  acks?: Float64Array;
   /** Peak resident set size of this process (getrusage maxrss), in bytes. */
   maxRssBytes: number;
   /** Highest RSS seen by sampling every 20 ms, in bytes. */
@@ -72,11 +77,20 @@ async function main(): Promise<void> {
   const latencies: number[] = [];
   let handled = 0;
   let firstJobAt = 0;
+  const flow = spec.mode === 'flow';
+  const flowStarts = new Float64Array(flow ? spec.expect : 0);
+  const flowEnds = new Float64Array(flow ? spec.expect : 0);
+  const flowAcks = new Float64Array(flow ? spec.expect : 0);
+  const inFlow = (i: number) => Number.isInteger(i) && i >= 0 && i < flowStarts.length;
   const onJob = (payload: BenchPayload): void => {
     const now = wallNow();
     handled++;
     if (handled === 1) firstJobAt = now;
-    if (spec.mode === 'steady') {
+    if (flow) {
+      if (inFlow(payload.i) && flowStarts[payload.i] === 0) flowStarts[payload.i] = now;
+      // the last job of every flow shape is the one with the highest i
+      if (payload.i === spec.expect - 1) void send({ type: 'handled', at: now });
+    } else if (spec.mode === 'steady') {
       starts.push(now);
       latencies.push(now - payload.t);
     } else if (handled === spec.expect) {
@@ -86,6 +100,18 @@ async function main(): Promise<void> {
   const onError = (error: unknown): void => {
     if (errors.length < 5) errors.push(reason(error));
   };
+
+  const flowHooks = flow
+    ? {
+        onJobEnd: (payload: BenchPayload) => {
+          if (inFlow(payload.i) && flowEnds[payload.i] === 0) flowEnds[payload.i] = wallNow();
+        },
+        onAck: (payload: BenchPayload) => {
+          if (inFlow(payload.i) && flowAcks[payload.i] === 0) flowAcks[payload.i] = wallNow();
+        },
+        flows: true,
+      }
+    : {};
 
   const driver = createDriver(spec.system, spec.env);
   if (spec.hold) {
@@ -111,6 +137,7 @@ async function main(): Promise<void> {
         ...(spec.deleteCompleted ? { deleteCompleted: true } : {}),
         ...(spec.handlerMs ? { handlerMs: spec.handlerMs } : {}),
         ...(spec.groupConcurrency ? { groupConcurrency: spec.groupConcurrency } : {}),
+        ...flowHooks,
       }),
       60_000,
       `${spec.system} consumer start`,
@@ -148,6 +175,7 @@ async function main(): Promise<void> {
         sampledPeakRssBytes: Math.max(sampledPeak, process.memoryUsage.rss()),
         errors,
         stopMs,
+        ...(flow ? { starts: flowStarts, ends: flowEnds, acks: flowAcks } : {}),
       };
       await send(result);
       process.exit(0);

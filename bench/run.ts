@@ -10,17 +10,20 @@ import { performance } from 'node:perf_hooks';
 import { type Config, parseArgs, USAGE, UsageError, type WorkloadName } from './lib/config.js';
 import { closeAdminPools } from './lib/db.js';
 import { markdown, type RunInfo } from './lib/document.js';
+import { wFlowChain, wFlowFanout, wFlowInsert, wFlowScan } from './lib/flows.js';
 import { loadAverage, machineInfo } from './lib/machine.js';
 import { REPO_DIR } from './lib/paths.js';
 import { findPgbench, PGBENCH_MODES, Pgbench } from './lib/pgbench.js';
 import {
   type Cell,
   depthTable,
+  flowTable,
   type PgbenchResult,
   pgbenchTable,
   type Results,
   renderSvg,
   resultsTable,
+  scanTable,
 } from './lib/report.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
 import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
@@ -44,6 +47,9 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W7: w7,
   W8: w8,
   W9: w9,
+  'W-flow-fanout': wFlowFanout,
+  'W-flow-chain': wFlowChain,
+  'W-flow-insert': wFlowInsert,
 };
 
 /** The one metric printed per run in the progress log. */
@@ -63,6 +69,12 @@ function headline(workload: WorkloadName, m: Metrics): string {
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofLimit ?? Number.NaN) * 100)} % of what the limit allows)`;
     case 'W9':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofBound ?? Number.NaN) * 100)} % of what one running job per group allows)`;
+    case 'W-flow-fanout':
+      return `insert ${fmt(m.insertNodesPerSec ?? Number.NaN)} nodes/s (${fmt(m.insertMs ?? Number.NaN)} ms)${m.rootToChildMs === undefined ? '' : `, root done → first child ${fmt(m.rootToChildMs)} ms${m.rootCommitMs === undefined ? '' : ` (root's completion committed after ${fmt(m.rootCommitMs)} ms)`}`}, children drained at ${fmt(m.drainJobsPerSec ?? Number.NaN)} jobs/s, last child committed → fan-in started ${fmt(m.faninFromCommitMs ?? Number.NaN)} ms (from its handler's end ${fmt(m.faninFromHandlerEndMs ?? Number.NaN)} ms)`;
+    case 'W-flow-chain':
+      return `${m.length} jobs: insert ${fmt(m.insertMs ?? Number.NaN)} ms, drained in ${fmt(m.totalMs ?? Number.NaN)} ms, hop p50 ${fmt(m.hopP50 ?? Number.NaN)} ms, p95 ${fmt(m.hopP95 ?? Number.NaN)} ms (commit → next start p50 ${fmt(m.commitToNextP50 ?? Number.NaN)} ms)`;
+    case 'W-flow-insert':
+      return `${fmt(m.flowsPerSec ?? Number.NaN)} flows/s, ${fmt(m.flowJobsPerSec ?? Number.NaN)} jobs/s; batch calls of 3: ${fmt(m.batchJobsPerSec ?? Number.NaN)} jobs/s (flows ${fmt(m.flowVsBatch ?? Number.NaN)}×)`;
     case 'W5':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (enqueued ${fmt(m.enqueuedPerSec ?? Number.NaN)}/s, backlog ${m.backlogAtEnd}), p50 ${fmt(m.p50 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     default:
@@ -108,6 +120,7 @@ async function runWorkloads(
         if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
         if (workload === 'W8' && !driver.limitConcurrency) continue; // no global concurrency limit
         if (workload === 'W9' && !driver.limitGroups) continue; // no group keys
+        if (workload.startsWith('W-flow') && !driver.flowProducer) continue; // no job dependencies
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;
         if (cell.failed) continue;
@@ -146,6 +159,29 @@ async function runDepth(
   } catch (error) {
     cell.failed = reason(error);
     log(`W6 Skiplock: FAILED: ${cell.failed}`);
+  }
+}
+
+async function runFlowScan(
+  config: Config,
+  ctx: RunContext,
+  drivers: SystemDriver[],
+  results: Results,
+): Promise<string[] | null> {
+  if (!config.workloads.includes('W-flow-scan') || !drivers.some((d) => d.name === 'skiplock')) return null;
+  const cell: Cell = { values: {}, failed: null };
+  results['W-flow-scan'] = { skiplock: cell };
+  log(
+    `W-flow-scan Skiplock: fan-out/fan-in and chain next to ${config.sizes.flowScanFinished.toLocaleString('en-US')} done rows`,
+  );
+  try {
+    const { metrics, plans } = await withTimeout(wFlowScan(ctx), 900_000, 'W-flow-scan');
+    record(cell, metrics);
+    return plans;
+  } catch (error) {
+    cell.failed = reason(error);
+    log(`W-flow-scan Skiplock: FAILED: ${cell.failed}`);
+    return null;
   }
 }
 
@@ -226,6 +262,8 @@ async function main(): Promise<number> {
     skipped: {},
     redisVersion: null,
     pgbench: null,
+    flowPlans: null,
+    flows: {},
     notes: [],
   };
   const drivers: SystemDriver[] = [];
@@ -240,6 +278,7 @@ async function main(): Promise<number> {
     }
     info.versions[name] = await driver.version();
     info.settings[name] = driver.settings(config.sizes.w2Concurrency);
+    info.flows[name] = driver.flowShapes ?? { none: driver.noFlows ?? 'no job dependencies' };
     log(`${DISPLAY_NAMES[name]} ${info.versions[name]}`);
     drivers.push(driver);
   }
@@ -247,6 +286,7 @@ async function main(): Promise<number> {
   const results: Results = {};
   await runWorkloads(config, ctx, drivers, results);
   await runDepth(config, ctx, drivers, results);
+  info.flowPlans = await runFlowScan(config, ctx, drivers, results);
   info.pgbench = await runPgbench(config);
 
   for (const driver of drivers) {
@@ -280,6 +320,10 @@ async function main(): Promise<number> {
   if (table) process.stdout.write(`\n${table}\n`);
   const depth = depthTable(config, results);
   if (depth) process.stdout.write(`\n${depth}\n`);
+  const flows = flowTable(config, results, info.skipped);
+  if (flows) process.stdout.write(`\n${flows}\n`);
+  const scan = scanTable(config, results);
+  if (scan) process.stdout.write(`\n${scan}\n`);
   const pg = pgbenchTable(config, info.pgbench);
   if (pg) process.stdout.write(`\n${pg}\n`);
   for (const [name, why] of Object.entries(info.skipped)) {

@@ -1,7 +1,21 @@
 /** Command line and sizes of every workload (full run, or --quick smoke run). */
 import { SYSTEM_NAMES, type SystemName } from '../systems/types.js';
 
-export const WORKLOADS = ['W1', 'W2', 'W2d', 'W3', 'W4', 'W5', 'W6', 'W7', 'W8', 'W9', 'pgbench'] as const;
+export const FLOW_WORKLOADS = ['W-flow-fanout', 'W-flow-chain', 'W-flow-insert', 'W-flow-scan'] as const;
+export const WORKLOADS = [
+  'W1',
+  'W2',
+  'W2d',
+  'W3',
+  'W4',
+  'W5',
+  'W6',
+  'W7',
+  'W8',
+  'W9',
+  ...FLOW_WORKLOADS,
+  'pgbench',
+] as const;
 export type WorkloadName = (typeof WORKLOADS)[number];
 
 export interface Sizes {
@@ -44,6 +58,18 @@ export interface Sizes {
   w9Processes: number;
   w9Concurrency: number;
   w9HandlerMs: number;
+  /**
+   * Workflows (SPEC §10), drained by one worker process at `w2Concurrency` (W2's settings):
+   * W-flow-fanout, a root → `flowChildren` children → one fan-in job over all of them, in one
+   * flow; W-flow-chain, `flowChain` jobs each depending on the one before; W-flow-insert,
+   * `flowSmall` 3-node flows, `flowInFlight` calls at once, against as many 3-job batch calls.
+   */
+  flowChildren: number;
+  flowChain: number;
+  flowSmall: number;
+  flowInFlight: number;
+  /** W-flow-scan: unrelated done rows in the table while the flows run. */
+  flowScanFinished: number;
 }
 
 export const FULL: Sizes = {
@@ -80,6 +106,11 @@ export const FULL: Sizes = {
   w9Processes: 4,
   w9Concurrency: 50,
   w9HandlerMs: 10,
+  flowChildren: 10_000,
+  flowChain: 1_000,
+  flowSmall: 2_000,
+  flowInFlight: 16,
+  flowScanFinished: 200_000,
 };
 
 export const QUICK: Sizes = {
@@ -100,6 +131,10 @@ export const QUICK: Sizes = {
   w8Jobs: 1_000,
   w9Jobs: 1_000,
   w9Groups: 100,
+  flowChildren: 500,
+  flowChain: 50,
+  flowSmall: 200,
+  flowScanFinished: 5_000,
 };
 
 export interface Config {
@@ -123,7 +158,8 @@ export const USAGE = `Usage: npm run bench -- [options]
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, pgbench)
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W-flow-fanout, W-flow-chain,
+                       W-flow-insert, W-flow-scan, pgbench)
 
 Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
 (default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),

@@ -1,8 +1,16 @@
 /** docs/benchmarks.md: results, machine, versions, settings and method. */
-import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
+import { DISPLAY_NAMES, type FlowShapes, type SystemName } from '../systems/types.js';
 import type { Config } from './config.js';
 import type { MachineInfo } from './machine.js';
-import { depthTable, type PgbenchResult, pgbenchTable, type Results, resultsTable } from './report.js';
+import {
+  depthTable,
+  flowTable,
+  type PgbenchResult,
+  pgbenchTable,
+  type Results,
+  resultsTable,
+  scanTable,
+} from './report.js';
 
 export interface RunInfo {
   config: Config;
@@ -16,7 +24,62 @@ export interface RunInfo {
   skipped: Partial<Record<SystemName, string>>;
   redisVersion: string | null;
   pgbench: PgbenchResult | null;
+  /** W-flow-scan: the plans of the trigger's statements. */
+  flowPlans: string[] | null;
+  /** Workflows: each system's flow API, or why it has none. */
+  flows: Partial<Record<SystemName, FlowShapes | { none: string }>>;
   notes: string[];
+}
+
+/** The "Workflows" section (SPEC §10): the flow workloads' table, their notes, W-flow-scan. */
+export function workflowsSection(info: RunInfo, results: Results): string[] {
+  const { config } = info;
+  const s = config.sizes;
+  const n = (v: number) => v.toLocaleString('en-US');
+  const table = flowTable(config, results, info.skipped);
+  const scan = config.workloads.includes('W-flow-scan') ? scanTable(config, results) : null;
+  if (!table && !scan) return [];
+  const out: string[] = ['', '## Workflows (SPEC §10)', ''];
+  if (table) {
+    out.push(
+      `Job dependencies, through each system's own flow API; every flow enqueued first (that call timed alone), then run by one worker process at W2's settings (concurrency ${s.w2Concurrency}) with no-op handlers, which stamps each handler's start and end. The cells are the median (min–max) over the repetitions; the ratio columns as above. "Committed" is taken from what each system can show: Skiplock — the arrival of its wake-up NOTIFY at a LISTEN connection of the benchmark process (PostgreSQL delivers it at the commit of the transaction that made a dependent pending; the trigger sends it then and only then); BullMQ — the worker's \`completed\` event (after the Lua script that finished the job and moved its parent returned); pg-boss — the job's stored \`completed_on\`.`,
+      '',
+      table,
+      '',
+    );
+    for (const system of config.systems) {
+      const flows = info.flows[system];
+      if (!flows) continue;
+      if ('none' in flows) {
+        out.push(`- **${DISPLAY_NAMES[system]}**: not applicable, ${flows.none}.`);
+        continue;
+      }
+      out.push(
+        `- **${DISPLAY_NAMES[system]}**: ${flows.api}.${flows.chainLimit ? ` Chain of ${n(flows.chainLimit.length)} jobs, not ${n(s.flowChain)}: ${flows.chainLimit.why}.` : ''}`,
+      );
+    }
+  }
+  if (scan) {
+    out.push(
+      '',
+      '### No sequential scan on the hot path? (W-flow-scan, Skiplock)',
+      '',
+      `A schema of its own with ${n(s.flowScanFinished)} unrelated done rows (copied from jobs completed through the public API, then VACUUM ANALYZE); four phases one after another, each with its own Queue and Worker (concurrency ${s.w2Concurrency}) closed at its end, so that their backends flush their statistics as they exit: a control phase (the same number of independent jobs as the fan-out, enqueueMany and drained), the fan-out/fan-in, the chain, and the control phase again, now with the two flows' edges in job_dependencies (edges stay until their jobs are deleted). Cells: the change of \`pg_stat_user_tables\` over the phase (read after \`pg_stat_force_next_flush()\` and \`pg_stat_clear_snapshot()\`).`,
+      '',
+      scan,
+    );
+    if (info.flowPlans?.length) {
+      out.push(
+        '',
+        "Plans of the trigger's statements (migration 14, `dependency_changed`) and of completeMany's lock of dependents, copied with constants, on that table after the four phases (EXPLAIN ANALYZE inside a transaction rolled back):",
+        '',
+        '```text',
+        ...info.flowPlans.flatMap((plan) => [plan, '']),
+        '```',
+      );
+    }
+  }
+  return out;
 }
 
 export function markdown(info: RunInfo, results: Results): string {
@@ -71,6 +134,7 @@ export function markdown(info: RunInfo, results: Results): string {
     out.push('');
     out.push(depth);
   }
+  out.push(...workflowsSection(info, results));
   const pg = pgbenchTable(config, info.pgbench);
   if (pg) {
     out.push('');

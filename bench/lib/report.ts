@@ -1,6 +1,6 @@
 /** Results → the Markdown report, the SVG chart and the console table. */
 import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
-import type { Config, WorkloadName } from './config.js';
+import { type Config, FLOW_WORKLOADS, type WorkloadName } from './config.js';
 import { PGBENCH_MODES, type PgbenchMode } from './pgbench.js';
 import { fmt, median } from './util.js';
 
@@ -148,6 +148,103 @@ export function rows(config: Config): Row[] {
   ];
 }
 
+/** The workflow workloads' rows (their own table, not in the chart). */
+export function flowRows(config: Config): Row[] {
+  const s = config.sizes;
+  const n = (v: number) => v.toLocaleString('en-US');
+  const row = (
+    workload: WorkloadName,
+    metric: string,
+    label: string,
+    unit: string,
+    better: 'higher' | 'lower',
+  ): Row => ({ workload, metric, label, short: label, unit, better });
+  return [
+    row(
+      'W-flow-fanout',
+      'insertNodesPerSec',
+      `fan-out/fan-in: insert one flow of a root, ${n(s.flowChildren)} children, 1 fan-in (one call)`,
+      'nodes/s',
+      'higher',
+    ),
+    row('W-flow-fanout', 'insertMs', '  the same, time of that call', 'ms', 'lower'),
+    row(
+      'W-flow-fanout',
+      'rootToChildMs',
+      "  root's handler returned → first child's handler starts (all children unblocked at once)",
+      'ms',
+      'lower',
+    ),
+    row(
+      'W-flow-fanout',
+      'rootCommitMs',
+      "  root's handler returned → its completion committed (with the trigger's unblocking of every child)",
+      'ms',
+      'lower',
+    ),
+    row(
+      'W-flow-fanout',
+      'drainJobsPerSec',
+      `  ${n(s.flowChildren)} children drained: first child's start → last child's completion committed`,
+      'jobs/s',
+      'higher',
+    ),
+    row(
+      'W-flow-fanout',
+      'faninFromCommitMs',
+      "  last child's completion committed → fan-in's handler starts",
+      'ms',
+      'lower',
+    ),
+    row(
+      'W-flow-fanout',
+      'faninFromHandlerEndMs',
+      "  last child's handler returned → fan-in's handler starts",
+      'ms',
+      'lower',
+    ),
+    row(
+      'W-flow-chain',
+      'insertNodesPerSec',
+      `chain: insert ${n(s.flowChain)} jobs, each depending on the one before (one call)`,
+      'nodes/s',
+      'higher',
+    ),
+    row('W-flow-chain', 'totalMs', "  the chain drained: first job's start → last job's end", 'ms', 'lower'),
+    row(
+      'W-flow-chain',
+      'hopP50',
+      "  per hop, a job's handler returned → the next one's starts, p50",
+      'ms',
+      'lower',
+    ),
+    row('W-flow-chain', 'hopP95', '  per hop, p95', 'ms', 'lower'),
+    row(
+      'W-flow-chain',
+      'commitToNextP50',
+      "  per hop, a job's completion committed → the next one's handler starts, p50",
+      'ms',
+      'lower',
+    ),
+    row(
+      'W-flow-insert',
+      'flowsPerSec',
+      `insert rate: ${n(s.flowSmall)} 3-node flows (a, b; c after both), one call each, ${s.flowInFlight} in flight`,
+      'flows/s',
+      'higher',
+    ),
+    row('W-flow-insert', 'flowJobsPerSec', '  the same, in jobs', 'jobs/s', 'higher'),
+    row(
+      'W-flow-insert',
+      'batchJobsPerSec',
+      `  baseline: ${n(s.flowSmall)} batch-API calls of 3 independent jobs, ${s.flowInFlight} in flight`,
+      'jobs/s',
+      'higher',
+    ),
+    row('W-flow-insert', 'flowVsBatch', '  flows ÷ baseline (jobs/s)', '×', 'higher'),
+  ];
+}
+
 function cellOf(results: Results, row: Row, system: SystemName): Cell | undefined {
   return results[row.workload]?.[system];
 }
@@ -163,7 +260,8 @@ function formatCell(results: Results, row: Row, system: SystemName, skipped: Ski
   const cell = cellOf(results, row, system);
   if (!cell) return skipped[system] ? 'skipped' : '—';
   const values = valuesOf(results, row, system);
-  if (!values) return `failed: ${cell.failed ?? 'no result'}`;
+  // a metric the system does not have (e.g. the root of a fan-out BullMQ cannot express)
+  if (!values) return cell.failed ? `failed: ${cell.failed}` : 'n/a';
   const text =
     values.length === 1
       ? fmt(values[0] as number)
@@ -180,6 +278,13 @@ export function advantage(results: Results, row: Row, peer: SystemName): number 
   const b = median(theirs);
   if (!(a > 0 && b > 0)) return null;
   return row.better === 'higher' ? a / b : b / a;
+}
+
+/** A chain's drain time compares only between chains of one length (pg-boss runs a shorter one). */
+function comparable(results: Results, row: Row, peer: SystemName): boolean {
+  if (row.metric !== 'totalMs') return true;
+  const length = (system: SystemName) => median(results[row.workload]?.[system]?.values.length ?? []);
+  return length('skiplock') === length(peer);
 }
 
 function formatRatio(ratio: number | null): string {
@@ -209,6 +314,20 @@ export function mdTable(header: string[], align: ('left' | 'right')[], body: str
 export type Skipped = Partial<Record<SystemName, string>>;
 
 export function resultsTable(config: Config, results: Results, skipped: Skipped = {}): string | null {
+  return systemsTable(config, results, skipped, rows(config));
+}
+
+/**
+ * The workflow workloads' table: one row per metric; '—' where a system has no flows or a shape
+ * it cannot express (see the report's notes).
+ */
+export function flowTable(config: Config, results: Results, skipped: Skipped = {}): string | null {
+  if (!config.workloads.some((w) => w !== 'W-flow-scan' && (FLOW_WORKLOADS as readonly string[]).includes(w)))
+    return null;
+  return systemsTable(config, results, skipped, flowRows(config));
+}
+
+function systemsTable(config: Config, results: Results, skipped: Skipped, rowList: Row[]): string | null {
   const systems = config.systems;
   const peers = systems.filter((s) => s !== 'skiplock');
   const withRatios = systems.includes('skiplock');
@@ -219,13 +338,17 @@ export function resultsTable(config: Config, results: Results, skipped: Skipped 
     ...(withRatios ? peers.map((p) => `Skiplock vs ${DISPLAY_NAMES[p]}`) : []),
   ];
   const body: string[][] = [];
-  for (const row of rows(config)) {
+  for (const row of rowList) {
     if (!config.workloads.includes(row.workload)) continue;
+    // a metric no system has (e.g. one only Skiplock reports, when Skiplock was not run)
+    if (!systems.some((system) => valuesOf(results, row, system))) continue;
     body.push([
       row.label,
       `${row.unit}, ${row.better} is better`,
       ...systems.map((s) => formatCell(results, row, s, skipped)),
-      ...(withRatios ? peers.map((p) => formatRatio(advantage(results, row, p))) : []),
+      ...(withRatios
+        ? peers.map((p) => formatRatio(comparable(results, row, p) ? advantage(results, row, p) : null))
+        : []),
     ]);
   }
   if (body.length === 0) return null;
@@ -261,6 +384,52 @@ export function depthTable(config: Config, results: Results): string | null {
       line('ops() p50, ms', 'opsEmptyP50', 'opsDeepP50'),
       line('ops() p95, ms', 'opsEmptyP95', 'opsDeepP95'),
     ],
+  );
+}
+
+/** W-flow-scan: per phase and table, the deltas of pg_stat_user_tables' scan counters. */
+export function scanTable(config: Config, results: Results): string | null {
+  const cell = results['W-flow-scan']?.skiplock;
+  if (!cell) return null;
+  if (!cell.values['fanout.jobs.seq_scan']?.length)
+    return `W-flow-scan failed: ${cell.failed ?? 'no result'}`;
+  const v = (key: string) => {
+    const values = cell.values[key] ?? [];
+    return values.length ? String(Math.round(median(values))) : 'n/a';
+  };
+  const s = config.sizes;
+  const n = (x: number) => x.toLocaleString('en-US');
+  const phases: [string, string][] = [
+    ['control', `control: ${n(s.flowChildren + 2)} independent jobs (enqueueMany), drained`],
+    ['fanout', `fan-out/fan-in: root → ${n(s.flowChildren)} → 1, drained`],
+    ['chain', `chain of ${n(s.flowChain)}, drained`],
+    [
+      'after',
+      `control again, the flows' ${n(2 * s.flowChildren + s.flowChain - 1)} edges now in job_dependencies`,
+    ],
+  ];
+  return mdTable(
+    [
+      `Skiplock, ${n(s.flowScanFinished)} unrelated done rows`,
+      'jobs seq_scan',
+      'jobs seq_tup_read',
+      'jobs idx_scan',
+      'job_dependencies seq_scan',
+      'job_dependencies seq_tup_read',
+      'job_dependencies idx_scan',
+      'phase, s',
+    ],
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right', 'right'],
+    phases.map(([key, label]) => [
+      label,
+      v(`${key}.jobs.seq_scan`),
+      v(`${key}.jobs.seq_tup_read`),
+      v(`${key}.jobs.idx_scan`),
+      v(`${key}.job_dependencies.seq_scan`),
+      v(`${key}.job_dependencies.seq_tup_read`),
+      v(`${key}.job_dependencies.idx_scan`),
+      fmt((cell.values[`${key}.ms`]?.[0] ?? Number.NaN) / 1000),
+    ]),
   );
 }
 

@@ -19,14 +19,16 @@ export interface RunContext {
   log(message: string): void;
 }
 
-function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
+export function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
   return Array.from({ length: count }, (_, k) =>
     groups > 0 ? { i: from + k, t: 0, g: (from + k) % groups } : { i: from + k, t: 0 },
   );
 }
 
 /** Resolves the resources opened by `body` (producers, consumers, children) in reverse order. */
-async function using<T>(body: (defer: (close: () => Promise<unknown>) => void) => Promise<T>): Promise<T> {
+export async function using<T>(
+  body: (defer: (close: () => Promise<unknown>) => void) => Promise<T>,
+): Promise<T> {
   const closers: (() => Promise<unknown>)[] = [];
   try {
     return await body((close) => closers.push(close));
@@ -35,7 +37,7 @@ async function using<T>(body: (defer: (close: () => Promise<unknown>) => void) =
   }
 }
 
-async function openProducer(
+export async function openProducer(
   driver: SystemDriver,
   defer: (close: () => Promise<unknown>) => void,
 ): Promise<Producer> {
@@ -419,7 +421,7 @@ export async function w9(driver: SystemDriver, ctx: RunContext): Promise<Metrics
 }
 
 /** Tables of a schema, for VACUUM ANALYZE. */
-async function vacuumSchema(url: string, schema: string): Promise<void> {
+export async function vacuumSchema(url: string, schema: string): Promise<void> {
   const pool = adminPool(url);
   const { rows } = await pool.query<{ name: string }>(
     "SELECT tablename AS name FROM pg_tables WHERE schemaname = $1 AND tablename NOT LIKE '%migrations%'",
@@ -432,7 +434,7 @@ async function vacuumSchema(url: string, schema: string): Promise<void> {
  * Grows the finished rows to `target` by copying the `done` rows written through the public API:
  * every column but the id sequence is copied, so it keeps working as the table gains columns.
  */
-async function multiplyDone(
+export async function multiplyDone(
   url: string,
   schema: string,
   target: number,

@@ -4,11 +4,20 @@
  */
 import { peerVersion } from '../lib/paths.js';
 import { withTimeout } from '../lib/util.js';
-import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
-import { importPeer, TASK } from './types.js';
+import type {
+  BenchEnv,
+  BenchPayload,
+  Consumer,
+  ConsumerOptions,
+  FlowProducer,
+  FlowShapes,
+  Producer,
+  SystemDriver,
+} from './types.js';
+import { BENCH_SUFFIX, importPeer, TASK } from './types.js';
 
 /** Key prefix of every key the benchmark writes (deleted before each repetition). */
-export const BULL_PREFIX = 'skiplock-bench';
+export const BULL_PREFIX = `skiplock-bench${BENCH_SUFFIX}`;
 
 interface BullQueue {
   add(name: string, data: unknown): Promise<unknown>;
@@ -24,7 +33,22 @@ interface BullWorker {
   on(event: string, listener: (value: unknown) => void): unknown;
   close(): Promise<void>;
 }
+/** A node of a BullMQ flow: the parent runs after all its children completed. */
+interface BullFlowJob {
+  name: string;
+  queueName: string;
+  data: BenchPayload;
+  prefix?: string;
+  children?: BullFlowJob[];
+}
+interface BullFlowProducer {
+  add(flow: BullFlowJob): Promise<unknown>;
+  waitUntilReady(): Promise<unknown>;
+  on(event: string, listener: (value: unknown) => void): unknown;
+  close(): Promise<void>;
+}
 interface BullMQ {
+  FlowProducer: new (options: Record<string, unknown>) => BullFlowProducer;
   Queue: new (name: string, options: Record<string, unknown>) => BullQueue;
   Worker: new (
     name: string,
@@ -49,6 +73,10 @@ export class BullMQDriver implements SystemDriver {
   readonly name = 'bullmq' as const;
   readonly noGroups = 'groups and per-group limits are in BullMQ Pro only (not open source)';
   readonly deletesCompleted = 'no' as const;
+  readonly flowShapes: FlowShapes = {
+    root: false,
+    api: 'new FlowProducer().add(tree) (one call per flow; a parent runs after all its children): the fan-in is a parent with 10,000 children and no root above them (a job has at most one parent); a chain nests each job as the only child of the next',
+  };
   private mod: BullMQ | null = null;
   private counter: BullQueue | null = null;
 
@@ -142,6 +170,41 @@ export class BullMQDriver implements SystemDriver {
     };
   }
 
+  /** Workflows: `FlowProducer.add(tree)`, one call per flow; a parent waits for its children. */
+  async flowProducer(): Promise<FlowProducer> {
+    const { FlowProducer } = await this.load();
+    const flows = new FlowProducer({ connection: this.connection(), prefix: BULL_PREFIX });
+    flows.on('error', () => {});
+    await withTimeout(flows.waitUntilReady(), 10_000, 'BullMQ flow producer connection');
+    const job = (i: number, children?: BullFlowJob[]): BullFlowJob => ({
+      name: 'noop',
+      queueName: TASK,
+      data: { i, t: 0 },
+      prefix: BULL_PREFIX,
+      ...(children ? { children } : {}),
+    });
+    return {
+      // no root: a job cannot be the child of 10,000 parents
+      fanOut: async (children: number) => {
+        await flows.add(
+          job(
+            children + 1,
+            Array.from({ length: children }, (_, k) => job(k + 1)),
+          ),
+        );
+      },
+      chain: async (length: number) => {
+        let tree = job(0);
+        for (let i = 1; i < length; i++) tree = job(i, [tree]);
+        await flows.add(tree);
+      },
+      small: async (base: number) => {
+        await flows.add(job(base + 2, [job(base), job(base + 1)]));
+      },
+      close: () => flows.close(),
+    };
+  }
+
   async consumer(options: ConsumerOptions): Promise<Consumer> {
     const { Worker } = await this.load();
     const worker = new Worker(
@@ -149,6 +212,7 @@ export class BullMQDriver implements SystemDriver {
       async (job) => {
         options.onJob(job.data);
         if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
+        options.onJobEnd?.(job.data);
       },
       {
         connection: { ...this.connection(), maxRetriesPerRequest: null },
@@ -157,6 +221,8 @@ export class BullMQDriver implements SystemDriver {
       },
     );
     worker.on('error', options.onError);
+    const { onAck } = options;
+    if (onAck) worker.on('completed', (job) => onAck((job as { data: BenchPayload }).data));
     try {
       await withTimeout(worker.waitUntilReady(), 10_000, 'BullMQ worker connection');
     } catch (error) {

@@ -6,9 +6,9 @@
 import { adminPool, dropSchema, ident } from '../lib/db.js';
 import { peerVersion } from '../lib/paths.js';
 import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
-import { importPeer, TASK } from './types.js';
+import { BENCH_SUFFIX, importPeer, TASK } from './types.js';
 
-export const GW_SCHEMA = 'bench_graphile_worker';
+export const GW_SCHEMA = `bench_graphile_worker${BENCH_SUFFIX}`;
 /** Jobs fetched (and locked) per local-queue fetch. */
 const LOCAL_QUEUE_SIZE = 2000;
 /** Milliseconds a completion waits for others to share its UPDATE (0: those of the same tick). */
@@ -38,6 +38,8 @@ function poolSize(concurrency: number): number {
 export class GraphileWorkerDriver implements SystemDriver {
   readonly name = 'graphile-worker' as const;
   readonly deletesCompleted = 'always' as const;
+  readonly noFlows =
+    'no job dependencies: a job cannot wait for other jobs (a task can only add jobs as it runs)';
   readonly noConcurrencyLimit =
     'no global limit of N running jobs: a named job queue runs its jobs one at a time (N = 1 only)';
   private mod: GraphileWorker | null = null;

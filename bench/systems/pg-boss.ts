@@ -6,11 +6,27 @@
  */
 import { adminPool, dropSchema, ident } from '../lib/db.js';
 import { peerVersion } from '../lib/paths.js';
-import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
-import { importPeer, TASK } from './types.js';
+import type {
+  BenchEnv,
+  BenchPayload,
+  Consumer,
+  ConsumerOptions,
+  FlowProducer,
+  FlowShapes,
+  Producer,
+  SystemDriver,
+} from './types.js';
+import { BENCH_SUFFIX, importPeer, TASK } from './types.js';
 
-export const PGBOSS_SCHEMA = 'bench_pgboss';
+export const PGBOSS_SCHEMA = `bench_pgboss${BENCH_SUFFIX}`;
 const LOCAL_CONCURRENCY = 2;
+/**
+ * Workflows: seconds between passes of pg-boss's background flow resolver, which unblocks the
+ * dependents of completed jobs (its least allowed; the default is 5).
+ */
+const FLOW_INTERVAL_SECONDS = 1;
+/** Workflows: hops of the chain run on pg-boss (each waits for a resolver pass). */
+const CHAIN_LIMIT = 60;
 
 interface PgBossJob {
   id: string;
@@ -23,6 +39,7 @@ interface PgBoss {
   createQueue(name: string, options?: Record<string, unknown>): Promise<void>;
   send(name: string, data: object): Promise<string | null>;
   insert(name: string, jobs: { data: object; group?: { id: string } }[]): Promise<unknown>;
+  flow(jobs: { ref: string; name: string; data: object; dependsOn?: string[] }[]): Promise<unknown>;
   work(
     name: string,
     options: Record<string, unknown>,
@@ -40,6 +57,14 @@ function batchSize(concurrency: number): number {
 export class PgBossDriver implements SystemDriver {
   readonly name = 'pg-boss' as const;
   readonly deletesCompleted = 'no' as const;
+  readonly flowShapes: FlowShapes = {
+    root: true,
+    chainLimit: {
+      length: CHAIN_LIMIT,
+      why: `each hop waits for a pass of pg-boss's background flow resolver (every ${FLOW_INTERVAL_SECONDS} s at its shortest), so 1,000 hops would take about 20 minutes`,
+    },
+    api: `boss.flow(jobs) (one call per flow), jobs { ref, name, data, dependsOn: [refs] }; dependents are unblocked by the background flow resolver, new PgBoss({ flowIntervalSeconds: ${FLOW_INTERVAL_SECONDS} }) (its least; default 5), not by the completion, and it sends no NOTIFY: the worker finds them by polling, so work() gets notifyPollingIntervalSeconds: 0.5 (its least; the default, 30, left a dependent waiting up to 30 s); otherwise the work() settings of W2`,
+  };
   readonly noConcurrencyLimit =
     "no global limit of N running jobs (a queue's policy allows one active job, or none, per singleton key)";
   private mod: PgBossModule | null = null;
@@ -100,8 +125,52 @@ export class PgBossDriver implements SystemDriver {
     };
   }
 
+  /** Workflows: `boss.flow(jobs)`, one call per flow. */
+  async flowProducer(): Promise<FlowProducer> {
+    const boss = await this.boss(() => {}, true);
+    const job = (i: number, dependsOn?: string[]) => ({
+      ref: `n${i}`,
+      name: TASK,
+      data: { i, t: 0 },
+      ...(dependsOn ? { dependsOn } : {}),
+    });
+    return {
+      fanOut: async (children: number) => {
+        const jobs = [job(0)];
+        for (let i = 1; i <= children; i++) jobs.push(job(i, ['n0']));
+        jobs.push(
+          job(
+            children + 1,
+            Array.from({ length: children }, (_, k) => `n${k + 1}`),
+          ),
+        );
+        await boss.flow(jobs);
+      },
+      chain: async (length: number) => {
+        await boss.flow(Array.from({ length }, (_, i) => job(i, i > 0 ? [`n${i - 1}`] : undefined)));
+      },
+      small: async (base: number) => {
+        await boss.flow([job(base), job(base + 1), job(base + 2, [`n${base}`, `n${base + 1}`])]);
+      },
+      close: () => boss.stop({ graceful: true, timeout: 10_000 }),
+    };
+  }
+
+  /**
+   * Workflows: when each job of the bench queue completed, by payload `i`, as pg-boss stored it
+   * (`completed_on`, the database's clock: this machine's), in wall-clock ms.
+   */
+  async completedAt(): Promise<Map<number, number>> {
+    const { rows } = await adminPool(this.env.databaseUrl).query<{ i: number; at: number }>(
+      `SELECT (data->>'i')::int AS i, extract(epoch FROM completed_on) * 1000 AS at
+         FROM ${ident(PGBOSS_SCHEMA)}.job WHERE name = $1 AND state = 'completed'`,
+      [TASK],
+    );
+    return new Map(rows.map((row) => [Number(row.i), Number(row.at)]));
+  }
+
   async consumer(options: ConsumerOptions): Promise<Consumer> {
-    const boss = await this.boss(options.onError);
+    const boss = await this.boss(options.onError, options.flows);
     try {
       await boss.work(
         TASK,
@@ -111,12 +180,16 @@ export class PgBossDriver implements SystemDriver {
           perJobResults: true,
           burstWhenBatchFull: true,
           pollingIntervalSeconds: 0.5,
+          // Workflows: the flow resolver sends no NOTIFY, so an unblocked job waits for a poll,
+          // every 30 s by default while NOTIFY is on: here at its shortest
+          ...(options.flows ? { notifyPollingIntervalSeconds: 0.5 } : {}),
           ...(options.groupConcurrency ? { groupConcurrency: options.groupConcurrency } : {}),
         },
         async (jobs) => {
           for (const job of jobs) options.onJob(job.data);
           // W9: the batch's jobs run side by side, each for handlerMs.
           if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
+          if (options.onJobEnd) for (const job of jobs) options.onJobEnd(job.data);
           return jobs.map((job) => ({ id: job.id, status: 'completed' as const }));
         },
       );
@@ -134,12 +207,13 @@ export class PgBossDriver implements SystemDriver {
     return this.mod;
   }
 
-  private async boss(onError: (error: unknown) => void): Promise<PgBoss> {
+  private async boss(onError: (error: unknown) => void, flows = false): Promise<PgBoss> {
     const { PgBoss } = await this.load();
     const boss = new PgBoss({
       connectionString: this.env.databaseUrl,
       schema: PGBOSS_SCHEMA,
       useListenNotify: true,
+      ...(flows ? { flowIntervalSeconds: FLOW_INTERVAL_SECONDS } : {}),
     });
     boss.on('error', onError);
     boss.on('warning', () => {});

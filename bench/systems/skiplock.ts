@@ -7,10 +7,19 @@ import { join } from 'node:path';
 import { Queue, Worker } from '../../src/index.js';
 import { dropSchema } from '../lib/db.js';
 import { REPO_DIR } from '../lib/paths.js';
-import type { BenchEnv, BenchPayload, Consumer, ConsumerOptions, Producer, SystemDriver } from './types.js';
-import { TASK } from './types.js';
+import type {
+  BenchEnv,
+  BenchPayload,
+  Consumer,
+  ConsumerOptions,
+  FlowProducer,
+  FlowShapes,
+  Producer,
+  SystemDriver,
+} from './types.js';
+import { BENCH_SUFFIX, TASK } from './types.js';
 
-export const SKIPLOCK_SCHEMA = 'bench_skiplock';
+export const SKIPLOCK_SCHEMA = `bench_skiplock${BENCH_SUFFIX}`;
 /**
  * Jobs a worker claims ahead of its free slots, as docs/worker.md advises for backlogs of short
  * jobs (the default is `concurrency`); graphile-worker runs here with a local queue of 2,000.
@@ -20,6 +29,10 @@ const PREFETCH = 1_000;
 export class SkiplockDriver implements SystemDriver {
   readonly name = 'skiplock' as const;
   readonly deletesCompleted = 'option' as const;
+  readonly flowShapes: FlowShapes = {
+    root: true,
+    api: 'queue.enqueueFlow(nodes) (one transaction), nodes { ref, task, payload, dependsOn: [refs] }; the Worker settings of W2',
+  };
   private counter: Queue | null = null;
 
   constructor(
@@ -100,6 +113,40 @@ export class SkiplockDriver implements SystemDriver {
     };
   }
 
+  /** Workflows: `queue.enqueueFlow(nodes)`, one call (one transaction) per flow. */
+  async flowProducer(): Promise<FlowProducer> {
+    const queue = this.queue();
+    // a connection open, as the peers' producers have after their start (a primary-key read:
+    // W-flow-scan counts every scan of the jobs table)
+    await queue.get('1');
+    const node = (i: number, dependsOn?: string[]) => ({
+      ref: `n${i}`,
+      task: TASK,
+      payload: { i, t: 0 },
+      ...(dependsOn ? { dependsOn } : {}),
+    });
+    return {
+      fanOut: async (children: number) => {
+        const nodes = [node(0)];
+        for (let i = 1; i <= children; i++) nodes.push(node(i, ['n0']));
+        nodes.push(
+          node(
+            children + 1,
+            Array.from({ length: children }, (_, k) => `n${k + 1}`),
+          ),
+        );
+        await queue.enqueueFlow(nodes);
+      },
+      chain: async (length: number) => {
+        await queue.enqueueFlow(Array.from({ length }, (_, i) => node(i, i > 0 ? [`n${i - 1}`] : undefined)));
+      },
+      small: async (base: number) => {
+        await queue.enqueueFlow([node(base), node(base + 1), node(base + 2, [`n${base}`, `n${base + 1}`])]);
+      },
+      close: () => queue.close(),
+    };
+  }
+
   async consumer(options: ConsumerOptions): Promise<Consumer> {
     const worker = new Worker({
       connectionString: this.env.databaseUrl,
@@ -111,10 +158,13 @@ export class SkiplockDriver implements SystemDriver {
         [TASK]: async (payload: BenchPayload) => {
           options.onJob(payload);
           if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
+          options.onJobEnd?.(payload);
         },
       },
     });
     worker.on('error', ({ error }) => options.onError(error));
+    const { onAck } = options;
+    if (onAck) worker.on('job:done', ({ job }) => onAck(job.payload as BenchPayload));
     await worker.start();
     return { stop: () => worker.stop({ timeoutMs: 10_000 }) };
   }

@@ -48,11 +48,48 @@ export interface ConsumerOptions {
   handlerMs?: number;
   /** W9: at most this many running jobs per group, where the system sets it on the consumer. */
   groupConcurrency?: number;
+  /** Workflows: called as every handler returns (after `onJob`, before the system writes the outcome). */
+  onJobEnd?(payload: BenchPayload): void;
+  /**
+   * Workflows: called when the system reports a job's completion written (Skiplock's `job:done`,
+   * BullMQ's `completed`); never for a system without such an event (pg-boss).
+   */
+  onAck?(payload: BenchPayload): void;
+  /** Workflows: the consumer runs flows (pg-boss: its flow resolver at its shortest interval). */
+  flows?: boolean;
 }
 
 export interface Consumer {
   /** Stops gracefully and closes every connection of this consumer. */
   stop(): Promise<void>;
+}
+
+/**
+ * Workflows (SPEC §10): one flow per call, through the system's own flow API. Payload `i` numbers
+ * the jobs in the order they can run.
+ */
+export interface FlowProducer {
+  /**
+   * Fan-out/fan-in: a root (i 0), `children` jobs that depend on it (i 1..children) and one job
+   * that depends on all of them (i children + 1), in one call. Without a root
+   * (`FlowShapes.root` false), the children and the fan-in only.
+   */
+  fanOut(children: number): Promise<void>;
+  /** `length` jobs (i 0..length − 1), each depending on the one before, in one call. */
+  chain(length: number): Promise<void>;
+  /** A small flow: jobs i `base` and `base` + 1, and job `base` + 2 that depends on both. */
+  small(base: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** What a system's flows can express, for the workflow workloads and the report. */
+export interface FlowShapes {
+  /** Whether a fan-out can hang under one root job (BullMQ: a job has at most one parent). */
+  root: boolean;
+  /** The longest chain measured (a system whose hops take seconds runs a shorter one), and why. */
+  chainLimit?: { length: number; why: string };
+  /** The API used, in words, for the report. */
+  api: string;
 }
 
 export interface SystemDriver {
@@ -85,6 +122,12 @@ export interface SystemDriver {
   limitGroups?(n: number): Promise<void>;
   /** W9: why the system has no per-group concurrency limit (for the report). */
   readonly noGroups?: string;
+  /** Workflows: a producer of flows; absent when the open-source system has no job dependencies. */
+  flowProducer?(): Promise<FlowProducer>;
+  /** Workflows: what the system's flows can express. */
+  readonly flowShapes?: FlowShapes;
+  /** Workflows: why the system has none (for the report). */
+  readonly noFlows?: string;
   /** Drops this system's schema (or keys): the cleanup at the end of a run. */
   drop(): Promise<void>;
   /** Jobs not finished yet (queued or running), as the system's storage says. */
@@ -94,6 +137,15 @@ export interface SystemDriver {
   /** Closes the driver's own connections (admin pool). */
   close(): Promise<void>;
 }
+
+/**
+ * `BENCH_SCHEMA_SUFFIX` (letters, digits, _): appended to every schema and Redis key prefix of the
+ * run, so that two checkouts can run the benchmark on one server without dropping each other's.
+ */
+export const BENCH_SUFFIX = ((suffix: string) => {
+  if (!/^[a-z0-9_]*$/.test(suffix)) throw new Error('BENCH_SCHEMA_SUFFIX: use a-z, 0-9 and _ only');
+  return suffix ? `_${suffix}` : '';
+})(process.env.BENCH_SCHEMA_SUFFIX ?? '');
 
 /** The task (queue) name every system uses. */
 export const TASK = 'bench_noop';
