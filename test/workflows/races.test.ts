@@ -10,6 +10,8 @@
  * decrement was lost); completeMany without its LOCK_DEPENDENTS CTE (the shared-dependents test).
  */
 import { describe, expect, test } from 'vitest';
+import type { Queue } from '../../src/queue.js';
+import type { Worker } from '../../src/worker/worker.js';
 import { useTestDatabase } from '../support/database.js';
 
 const db = useTestDatabase();
@@ -17,8 +19,8 @@ const db = useTestDatabase();
 /** Starts `n` workers on `queue` running `tasks`; returns them and the errors they report. */
 async function workers(n: number, tasks: Record<string, () => Promise<unknown>>, batchCompletions = true) {
   const errors: string[] = [];
-  const started = [];
-  const queues = [];
+  const started: Worker[] = [];
+  const queues: Queue[] = [];
   for (let i = 0; i < n; i++) {
     // no jobs held ahead of free slots: 8 × 64 slots run all the parents at once; each worker
     // with a queue (pool, completer) of its own, as in 8 processes (5 connections each: the
