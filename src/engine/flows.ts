@@ -36,10 +36,10 @@ export class Flows {
   async enqueueFlow(plan: { nodes: FlowNodePlan[]; order: number[] }, db?: Executor): Promise<FlowResult> {
     const flowId = randomUUID();
     const ids = await this.write(plan.nodes, plan.order, flowId, db);
-    const jobs: Record<string, string> = {};
-    plan.nodes.forEach((node, i) => {
-      jobs[node.ref] = (ids[i] as EnqueueResult).id;
-    });
+    // own properties (Object.fromEntries): a ref such as `__proto__` is a key like any other
+    const jobs: Record<string, string> = Object.fromEntries(
+      plan.nodes.map((node, i) => [node.ref, (ids[i] as EnqueueResult).id]),
+    );
     return { flowId, jobs };
   }
 

@@ -204,16 +204,13 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
       flow_ref: string | null;
       same_flow: boolean;
     }>(db, this.sql.dependencies, [jobId]);
-    const out: Record<string, { id: string; status: JobStatus; result: unknown }> = {};
-    for (const row of rows) {
-      const key = row.same_flow && row.flow_ref !== null ? row.flow_ref : String(row.id);
-      out[key] = {
-        id: String(row.id),
-        status: row.status,
-        result: row.status === 'done' ? row.result : null,
-      };
-    }
-    return out;
+    // own properties (Object.fromEntries): a ref such as `__proto__` is a key like any other
+    return Object.fromEntries(
+      rows.map((row) => [
+        row.same_flow && row.flow_ref !== null ? row.flow_ref : String(row.id),
+        { id: String(row.id), status: row.status, result: row.status === 'done' ? row.result : null },
+      ]),
+    );
   }
 
   async flowJobs(db: Executor, flowId: string, limit: number | null = null): Promise<Job[]> {
