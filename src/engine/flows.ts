@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { FlowNodePlan } from '../core/flow-spec.js';
 import type { NewJob } from '../core/job-spec.js';
 import type { Executor } from '../db/executor.js';
-import { ValidationError } from '../errors.js';
+import { DatabaseError, ValidationError } from '../errors.js';
 import type { GraphRow, LockedDependency } from '../store/flows.js';
 import type {
   DependencyState,
@@ -27,6 +27,13 @@ interface GraphNode {
   ref: string | null;
   refDeps: readonly number[];
   idDeps: readonly string[];
+}
+
+/** Tries of a dependsOn/flow write in its own transaction that a deadlock rolled back. */
+const DEADLOCK_ROUNDS = 5;
+
+function isDeadlock(error: unknown): boolean {
+  return error instanceof DatabaseError && error.sqlState === '40P01';
 }
 
 export class Flows {
@@ -101,7 +108,7 @@ export class Flows {
     const { engine } = this;
     engine.assertOpen();
     const jobs = nodes.map((node) => node.job);
-    const run = () =>
+    const attempt = () =>
       engine.enqueuer.atomically(db, async (tx) => {
         const existing = [...new Set(nodes.flatMap((node) => node.idDeps))];
         const locked =
@@ -123,7 +130,14 @@ export class Flows {
             );
           }
         });
-        const ids = await engine.store.flows.nextIds(tx, nodes.length);
+        // ids in topological order: a job's dependencies always have lower ids than it (existing
+        // ones are older), so every lock taken in id order takes a dependency before its
+        // dependents, as a completion does (its job, then its dependents)
+        const drawn = await engine.store.flows.nextIds(tx, nodes.length);
+        const ids: string[] = new Array(nodes.length);
+        order.forEach((node, k) => {
+          ids[node] = drawn[k] as string;
+        });
         const rows = plan(nodes, order, ids, locked, flowId);
         const edges = nodes.flatMap((node, i) => {
           const job = ids[i] as string;
@@ -135,6 +149,19 @@ export class Flows {
         await engine.store.flows.insertGraph(tx, rows, edges);
         return ids.map((id) => ({ id, created: true }));
       });
+    // A deadlock with a batch of completions (which lock their own jobs in no set order before
+    // their dependents) rolls the transaction back: in a transaction of our own, it is tried
+    // again; in yours, the error (SQLSTATE 40P01) is yours to retry, as for any deadlock.
+    const run = async (): Promise<EnqueueResult[]> => {
+      for (let round = 1; ; round++) {
+        try {
+          return await attempt();
+        } catch (error) {
+          if (db !== undefined || round >= DEADLOCK_ROUNDS || !isDeadlock(error)) throw error;
+          await new Promise((resolve) => setTimeout(resolve, Math.random() * 20 * round));
+        }
+      }
+    };
     const { tracing } = engine;
     // §9 one PRODUCER span for the whole call, its trace context stored with every job
     return tracing?.mayTrace() ? tracing.send(jobs, run) : run();

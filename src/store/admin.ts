@@ -19,11 +19,13 @@ export function adminSql(s: string) {
   const jobs = `${s}.jobs`;
   /**
    * §10 a finished job may be deleted once no dependent of it can still run: its dependents read
-   * its status and result (ctx.dependencies), and a requeue of it brings back what it cancelled.
+   * its status and result (ctx.dependencies), and a requeue of it brings back what it cancelled
+   * — nor can one that a dependency's failure cancelled (a requeue of that one brings it back).
    */
   const DEPENDENTS_DONE = (alias: string) => `(NOT ${alias}.has_dependents OR NOT EXISTS (
           SELECT 1 FROM ${s}.job_dependencies AS d JOIN ${jobs} AS c ON c.id = d.job_id
-          WHERE d.depends_on = ${alias}.id AND c.status IN ('waiting', 'pending', 'running')))`;
+          WHERE d.depends_on = ${alias}.id
+            AND (c.status IN ('waiting', 'pending', 'running') OR c.cancelled_by IS NOT NULL)))`;
   return {
     /**
      * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
@@ -133,6 +135,7 @@ export function adminSql(s: string) {
       ), deleted AS (
         DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) AND status = ANY($1::text[])
           AND updated_at < now() - $2::float8 * interval '1 millisecond' -- re-checked on a row changed meanwhile
+          AND ${DEPENDENTS_DONE('jobs')}
         RETURNING id
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,

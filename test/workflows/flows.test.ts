@@ -4,6 +4,8 @@
  * failure cascade and its undoing by requeue, ctx.dependencies(), queue.flow().
  */
 import { describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
+import { engineOf } from '../../src/engine/engine.js';
 import { PermanentError, ValidationError } from '../../src/errors.js';
 import type { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
@@ -313,16 +315,34 @@ describe('wake-up', () => {
       },
       pollIntervalMs: 30_000,
     });
+    // what the worker went through, and whether the hint was sent, for the failure message
+    const seen: string[] = [];
+    const since = Date.now();
+    for (const event of ['error', 'warning', 'listen:connected', 'job:start'] as const) {
+      worker.on(event, (detail: unknown) =>
+        seen.push(`${Date.now() - since} ms ${event} ${JSON.stringify(detail)}`),
+      );
+    }
+    const listener = await db.pool.connect();
+    listener.on('notification', (n) =>
+      seen.push(`${Date.now() - since} ms NOTIFY ${n.channel} ${n.payload}`),
+    );
+    await listener.query(`LISTEN ${quoteIdent(engineOf(queue).channel)}`);
     await worker.start();
     try {
       await new Promise((resolve) => setTimeout(resolve, 300)); // its first claim found nothing
       const completedAt = Date.now();
       expect(await queue.complete(a as never, null)).toBe(true);
-      const done = await queue.waitFor(jobs.b as string, { timeoutMs: 10_000 });
+      seen.push(`${Date.now() - since} ms completed`);
+      const done = await queue.waitFor(jobs.b as string, { timeoutMs: 10_000 }).catch((error: Error) => {
+        throw new Error(`${error.message}; seen: ${seen.join(' | ')}`);
+      });
       expect(done.status).toBe('done');
       expect(started - completedAt).toBeLessThan(5_000);
     } finally {
       await worker.stop();
+      await listener.query('UNLISTEN *');
+      listener.release();
     }
   });
 });

@@ -93,16 +93,18 @@ describe('lock order between completions and enqueue with dependsOn', () => {
     expect(enqueued.status).toBe('fulfilled');
   });
 
-  test('a completion of a job and an enqueue that depends on it and on its dependent (lower id) both succeed', async () => {
+  test('a completion of a job and an enqueue that depends on it and on its dependent (listed first) both succeed', async () => {
     const queue = db.queue({ poolSize: 5 });
-    // the dependent listed first: ids are drawn in input order, so it has the lower id
+    // the dependent listed first: ids drawn in input order gave it the lower id, and the
+    // enqueue's id-order locks then took the dependent before the dependency. Ids are now drawn
+    // in topological order: the dependency's is the lower.
     const { jobs } = await queue.enqueueFlow([
       { ref: 'child', task: 'lo2.child', dependsOn: ['parent'] },
       { ref: 'parent', task: 'lo2.parent' },
     ]);
     const parent = jobs.parent as string;
     const child = jobs.child as string;
-    expect(BigInt(child) < BigInt(parent)).toBe(true);
+    expect(BigInt(parent) < BigInt(child)).toBe(true);
     const lease = await claimOne(queue, 'lo2.parent');
     // complete locks the parent, then (its trigger) the child; the enqueue locks the child, then
     // the parent
@@ -119,7 +121,11 @@ describe('lock order between completions and enqueue with dependsOn', () => {
 });
 
 describe("enqueue with dependsOn in a caller's transaction", () => {
-  test("the dependency's completion does not wait for the caller's transaction to end", async () => {
+  // KNOWN LIMITATION, not fixed (docs/workflows.md, Limits): the enqueue locks its dependencies
+  // until the caller's transaction ends, and their completion waits for that lock — past the
+  // statement timeout it fails (57014). \`test.fails\` keeps the reproduction: it turns red the
+  // day the completion no longer waits (then make it a plain test).
+  test.fails("the dependency's completion does not wait for the caller's transaction to end", async () => {
     const producer = db.queue({ poolSize: 3 });
     // the worker's queue: a short statement timeout stands for the default 30 s
     const worker = db.queue({ poolSize: 3, statementTimeoutMs: 1_500 });
