@@ -10,6 +10,8 @@ import { describe, rejectUnknownKeys, requireJobId, requireName } from './valida
 
 /** Most nodes in one flow: its rows go in one statement. */
 export const MAX_FLOW_NODES = 100_000;
+/** Most dependencies (edges) in one flow, all nodes together: they go in one statement too. */
+export const MAX_FLOW_EDGES = 1_000_000;
 
 /** One node, checked: its job, its ref, and its dependencies as node indexes and job ids. */
 export interface FlowNodePlan {
@@ -77,13 +79,15 @@ export function toFlowPlan(nodes: unknown): { nodes: FlowNodePlan[]; order: numb
     const { ref, task, payload, dependsOn, ...options } = record;
     const entries =
       dependsOnArg(dependsOn, `${at}.dependsOn`, (value, field) => {
-        if (typeof value !== 'string' && typeof value !== 'number') {
+        // a number is a job id (a safe integer, checked as enqueue checks one); a string a ref or an id
+        if (typeof value === 'number') return requireJobId(value, field);
+        if (typeof value !== 'string') {
           throw new ValidationError(
             field,
             `must be a ref of another node or a job id, got ${describe(value)}`,
           );
         }
-        return String(value);
+        return value;
       }) ?? [];
     const refDeps: number[] = [];
     const idDeps: string[] = [];
@@ -101,6 +105,13 @@ export function toFlowPlan(nodes: unknown): { nodes: FlowNodePlan[]; order: numb
     const job = toNewJob(task, payload, options as EnqueueOptions, `${at}.`);
     return { job, ref: ref as string, refDeps, idDeps };
   });
+  const edges = plans.reduce((n, plan) => n + plan.refDeps.length + plan.idDeps.length, 0);
+  if (edges > MAX_FLOW_EDGES) {
+    throw new ValidationError(
+      'nodes',
+      `must have at most ${MAX_FLOW_EDGES} dependencies in all, got ${edges}`,
+    );
+  }
   return { nodes: plans, order: topologicalOrder(plans) };
 }
 

@@ -85,6 +85,8 @@ describe('enqueueFlow', () => {
         { ref: 'b', task: 't', dependsOn: ['a', '999999999999'] },
       ],
       [{ ref: 'a', task: 't', dedupeKey: 'k' }],
+      // a number that is no safe integer is no job id (it would read as another one)
+      [{ ref: 'a', task: 't', dependsOn: [2 ** 53 + 2] }],
       [
         { ref: 'a', task: 't' },
         { ref: 'a', task: 't' },
