@@ -1,8 +1,11 @@
 /**
  * The demo of `skiplock dev`: tasks that succeed, fail and retry, go dead, run past their
- * deadline, wait for a delay, or are deduplicated — and a producer feeding them at a steady rate.
+ * deadline, wait for a delay, or are deduplicated — and a producer feeding them at a steady rate,
+ * with a small flow (SPEC §10) every few seconds: two fetches, an invoice that waits for both,
+ * and its email; one fetch in ten fails for good, and cancels what depends on it.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { PermanentError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { EnqueueOptions, JobSpec } from '../types.js';
 import type { TaskMap } from '../worker/options.js';
@@ -42,9 +45,39 @@ export const demoTasks: TaskMap = {
     await sleep(between(300, 900), undefined, { signal });
     return { synced: payload.account };
   },
+  'order.fetch': async (payload: { order: number }, { signal }) => {
+    await sleep(between(100, 400), undefined, { signal });
+    if (Math.random() < 0.1) throw new PermanentError(`order ${payload.order} does not exist`);
+    return { order: payload.order, total: between(10, 300) };
+  },
+  'invoice.merge': async (_payload, { dependencies, signal }) => {
+    await sleep(between(50, 150), undefined, { signal });
+    const fetched = await dependencies();
+    const totals = Object.values(fetched).map((d) => (d.result as { total: number }).total);
+    return { total: totals.reduce((a, b) => a + b, 0) };
+  },
 };
 
+/** Enqueues one demo flow: two fetches, an invoice over both, its email. */
+export function enqueueDemoFlow(queue: Queue): Promise<unknown> {
+  counter++;
+  return queue.enqueueFlow([
+    { ref: 'fetch-a', task: 'order.fetch', payload: { order: counter * 2 } },
+    { ref: 'fetch-b', task: 'order.fetch', payload: { order: counter * 2 + 1 } },
+    { ref: 'invoice', task: 'invoice.merge', payload: {}, dependsOn: ['fetch-a', 'fetch-b'] },
+    {
+      ref: 'email',
+      task: 'email.send',
+      payload: { to: `customer${counter}@example.com` },
+      dependsOn: ['invoice'],
+    },
+  ]);
+}
+
 let counter = 0;
+
+/** How often the demo producer enqueues a flow. */
+const FLOW_EVERY_MS = 4_000;
 
 /** One random demo job. */
 export function demoJob(): JobSpec {
@@ -74,7 +107,13 @@ export function startProducer(
     },
     Math.max(10, Math.round(1000 / perSecond)),
   );
-  return () => clearInterval(timer);
+  const flows = setInterval(() => {
+    enqueueDemoFlow(queue).catch(onError);
+  }, FLOW_EVERY_MS);
+  return () => {
+    clearInterval(timer);
+    clearInterval(flows);
+  };
 }
 
 function toArgs(spec: JobSpec): [string, unknown, EnqueueOptions] {

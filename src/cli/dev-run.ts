@@ -6,7 +6,7 @@ import { ValidationError } from '../errors.js';
 import { Queue } from '../queue.js';
 import { Worker } from '../worker/worker.js';
 import { SIGNAL_ECHO_MS } from './context.js';
-import { demoJob, demoTasks, startProducer } from './demo-tasks.js';
+import { demoJob, demoTasks, enqueueDemoFlow, startProducer } from './demo-tasks.js';
 import type { DevFlags } from './dev-flags.js';
 import { style } from './format.js';
 
@@ -107,6 +107,7 @@ async function startServices(
     await worker.start();
     stops.push(() => worker.stop({ timeoutMs: 5_000 }));
     await queue.enqueueMany(Array.from({ length: 20 }, demoJob));
+    await enqueueDemoFlow(queue); // SPEC §10: a flow to open from a job, drawn as a graph
     stops.push(startProducer(queue, flags.rate, () => undefined));
     // SPEC §8 on show: a schedule (fired by the worker) and a queue with a global limit.
     await queue.schedule('demo-digest', {

@@ -209,7 +209,7 @@ describe('skiplock dev', { timeout: 120_000 }, () => {
     const first = await startDev(dataDir);
     const startMs = Date.now() - t0;
     expect(first.stdout()).toMatch(/PostgreSQL 18\.[\d.]+ \(embedded\), data in .*, ready in \d+ ms/);
-    expect(first.stdout()).toMatch(/worker {4}\S+: 7 demo tasks, ~20 jobs\/s/);
+    expect(first.stdout()).toMatch(/worker {4}\S+: 9 demo tasks, ~20 jobs\/s/);
     expect(first.stdout()).not.toContain('left running by an earlier run');
     expect(first.databaseUrl).toMatch(/^postgres:\/\/postgres@127\.0\.0\.1:\d+\/postgres$/);
 
