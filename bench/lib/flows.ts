@@ -282,126 +282,6 @@ async function tableStats(client: pg.Client, schema: string): Promise<TableStats
 }
 
 /** The plan of `sql` as text, in a transaction rolled back (EXPLAIN ANALYZE runs the statement). */
-async function explain(client: pg.Client, title: string, sql: string, setup: string[] = []): Promise<string> {
-  await client.query('BEGIN');
-  try {
-    for (const statement of setup) await client.query(statement);
-    const { rows } = await client.query<{ 'QUERY PLAN': string }>(sql);
-    return `-- ${title}\n${rows.map((row) => row['QUERY PLAN']).join('\n')}`;
-  } finally {
-    await client.query('ROLLBACK');
-  }
-}
-
-/** The trigger's hot statements (migration 14) and completeMany's lock of dependents, as plans. */
-async function explainHotPath(client: pg.Client, schema: string): Promise<string[]> {
-  const s = ident(schema);
-  const pick = async (having: string) =>
-    (
-      await client.query<{ id: string }>(
-        `SELECT depends_on::text AS id FROM ${s}.job_dependencies GROUP BY depends_on HAVING ${having} ORDER BY depends_on LIMIT 1`,
-      )
-    ).rows[0]?.id;
-  const root = await pick(`count(*) > 1000`);
-  const child = await pick(`count(*) = 1`);
-  if (!root || !child) return ['(no flow left to explain)'];
-  const lock = (id: string) => `
-  SELECT 1 FROM ${s}.jobs AS c
-  WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ${id})
-  ORDER BY c.id FOR NO KEY UPDATE`;
-  // the trigger's counter update, for a dependency that became done (step -1 either way)
-  const move = (id: string) => `
-  WITH moved AS (
-    SELECT c.id, c.deps_left + CASE WHEN c.run_on_dependency_failure THEN -1 ELSE -1 END AS left_now
-    FROM ${s}.jobs AS c
-    WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ${id})
-  ), changed AS (
-    UPDATE ${s}.jobs AS c SET
-      deps_left = m.left_now,
-      status = CASE WHEN c.status = 'waiting' AND m.left_now = 0 THEN 'pending'
-                    WHEN c.status = 'pending' AND m.left_now > 0 THEN 'waiting'
-                    ELSE c.status END,
-      run_after = CASE WHEN c.status = 'waiting' AND m.left_now = 0 THEN greatest(c.run_after, now())
-                       ELSE c.run_after END,
-      updated_at = CASE WHEN c.status IN ('waiting', 'pending') THEN now() ELSE c.updated_at END
-    FROM moved AS m
-    WHERE c.id = m.id AND m.left_now <> c.deps_left
-    RETURNING c.status
-  )
-  SELECT count(*) FILTER (WHERE status = 'pending') FROM changed`;
-  const plans: string[] = [];
-  const analyze = 'EXPLAIN (ANALYZE, COSTS, BUFFERS, TIMING OFF, SUMMARY OFF)';
-  plans.push(
-    await explain(
-      client,
-      `trigger: lock the dependents of job ${root} (10,000), custom plan`,
-      `${analyze} ${lock(root)}`,
-    ),
-  );
-  plans.push(
-    await explain(
-      client,
-      `trigger: lock the dependents of job ${child} (1), custom plan`,
-      `${analyze} ${lock(child)}`,
-    ),
-  );
-  plans.push(
-    await explain(
-      client,
-      'trigger: lock the dependents, generic plan (what PL/pgSQL may cache after 5 calls)',
-      `EXPLAIN EXECUTE bench_lock(${root})`,
-      ["SET LOCAL plan_cache_mode = 'force_generic_plan'", `PREPARE bench_lock(bigint) AS ${lock('$1')}`],
-    ).finally(() => client.query('DEALLOCATE ALL').catch(() => {})),
-  );
-  plans.push(
-    await explain(
-      client,
-      `trigger: move the counters of job ${root}'s dependents (rolled back), custom plan`,
-      `${analyze} ${move(root)}`,
-    ),
-  );
-  plans.push(
-    await explain(client, `trigger: move the counters, generic plan`, `EXPLAIN EXECUTE bench_move(${root})`, [
-      "SET LOCAL plan_cache_mode = 'force_generic_plan'",
-      `PREPARE bench_move(bigint) AS ${move('$1')}`,
-    ]).finally(() => client.query('DEALLOCATE ALL').catch(() => {})),
-  );
-  const plain = (
-    await client.query<{ id: string }>(
-      `SELECT id::text AS id FROM ${s}.jobs WHERE NOT has_dependents AND deps_total = 0 ORDER BY id DESC LIMIT 1000`,
-    )
-  ).rows.map((row) => row.id);
-  plans.push(
-    await explain(
-      client,
-      'completeMany: LOCK_DEPENDENTS of a batch of 1,000 completed jobs without dependents (the last control phase), custom plan',
-      `${analyze}
-        SELECT c.id FROM ${s}.jobs AS c
-        WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ANY ('{${plain.join(',')}}'::bigint[]))
-        ORDER BY c.id FOR NO KEY UPDATE OF c`,
-    ).then((plan) => plan.replace(/'\{[0-9,]+\}'/g, "'{…1,000 ids…}'")),
-  );
-  const ids = (
-    await client.query<{ id: string }>(
-      `SELECT depends_on::text AS id FROM ${s}.job_dependencies GROUP BY depends_on HAVING count(*) = 1 ORDER BY depends_on LIMIT 100`,
-    )
-  ).rows.map((row) => row.id);
-  plans.push(
-    await explain(
-      client,
-      'completeMany: LOCK_DEPENDENTS of a batch of 100 completed jobs (src/store/fragments.ts), generic plan',
-      `EXPLAIN EXECUTE bench_batch('{${ids.join(',')}}')`,
-      [
-        "SET LOCAL plan_cache_mode = 'force_generic_plan'",
-        `PREPARE bench_batch(bigint[]) AS
-        SELECT c.id FROM ${s}.jobs AS c
-        WHERE c.id IN (SELECT d.job_id FROM ${s}.job_dependencies AS d WHERE d.depends_on = ANY ($1::bigint[]))
-        ORDER BY c.id FOR NO KEY UPDATE OF c`,
-      ],
-    ).finally(() => client.query('DEALLOCATE ALL').catch(() => {})),
-  );
-  return plans;
-}
 
 /**
  * W-flow-scan (Skiplock): with `flowScanFinished` unrelated done rows in the table (VACUUM
@@ -484,7 +364,8 @@ export async function wFlowScan(ctx: RunContext): Promise<{ metrics: Metrics; pl
         `W-flow-scan ${phase}: ${SCAN_TABLES.map((t) => `${t} seq_scan +${metrics[`${phase}.${t}.seq_scan`]} (${metrics[`${phase}.${t}.seq_tup_read`]} rows read), idx_scan +${metrics[`${phase}.${t}.idx_scan`]}`).join('; ')}`,
       );
     }
-    const plans = await explainHotPath(stats, driver.schema);
+    // No plans copied from the statements: copies go stale (the counters above are the evidence)
+    const plans: string[] = [];
     return { metrics, plans };
   } finally {
     await stats.end().catch(() => {});
