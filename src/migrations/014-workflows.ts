@@ -19,7 +19,12 @@ import type { Migration } from './migration.js';
  *   statement (no trigger recursion as deep as the graph); each notes in `cancelled_by` the
  *   dependency whose failure cancelled it. Requeueing that dependency brings them back to
  *   waiting, except those that still depend on another dead or cancelled job.
- * A BEFORE trigger keeps any job with unsatisfied edges out of pending (a requeue, a retry).
+ * A requeue of a dead job with unsatisfied edges makes it waiting (the requeue statements). No
+ * BEFORE trigger does that for every statement: a BEFORE UPDATE row trigger makes PostgreSQL
+ * lock each updated row once more before the update, whatever its WHEN says (every claim and
+ * completion paid it: W2 was about 8 % slower). A retry or release of a running job whose
+ * dependency was requeued meanwhile (onDependencyFailure 'run') goes back to pending: it does
+ * not wait again.
  * Deleting a job deletes its edges (no foreign keys: their checks would cost every delete).
  */
 export const workflows: Migration = {
@@ -55,17 +60,6 @@ CREATE INDEX jobs_flow_idx ON ${s}.jobs (flow_id, id) WHERE flow_id IS NOT NULL;
 CREATE INDEX jobs_cancelled_by_idx ON ${s}.jobs (cancelled_by) WHERE cancelled_by IS NOT NULL;
 -- counts(), ops() and lists of waiting jobs (§7: no full-table count)
 CREATE INDEX jobs_waiting_idx ON ${s}.jobs (queue) WHERE status = 'waiting';
-
-CREATE FUNCTION ${s}.keep_waiting() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-  NEW.status := 'waiting';
-  RETURN NEW;
-END
-$fn$;
-
-CREATE TRIGGER keep_waiting BEFORE UPDATE OF status ON ${s}.jobs FOR EACH ROW
-  WHEN (NEW.status = 'pending' AND NEW.deps_left > 0)
-  EXECUTE FUNCTION ${s}.keep_waiting();
 
 -- jit off: its statements are small, and a JIT compile of one (~0.6 s) in each nested call of
 -- a cascade cost more than the cascade

@@ -45,7 +45,9 @@ export function adminSql(s: string) {
         WHERE t.status = 'dead' AND t.pending_key IS NOT NULL
       ), requeued AS (
         UPDATE ${jobs} AS j SET
-          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          -- §10 back to waiting when a dependency of it is not done (one was requeued meanwhile)
+          status = CASE WHEN deps_left > 0 THEN 'waiting' ELSE 'pending' END, attempts = 0, run_after = now(),
+          lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
         FROM target AS t
         WHERE j.id = t.id AND t.status = 'dead' AND (SELECT count(*) FROM key_locks) >= 0
@@ -75,7 +77,9 @@ export function adminSql(s: string) {
           WHERE p.pending_key IS NOT NULL ORDER BY 1 OFFSET 0) AS k
       ), requeued AS (
         UPDATE ${jobs} SET
-          status = 'pending', attempts = 0, run_after = now(), lease_until = NULL, worker_id = NULL,
+          -- §10 back to waiting when a dependency of it is not done (one was requeued meanwhile)
+          status = CASE WHEN deps_left > 0 THEN 'waiting' ELSE 'pending' END, attempts = 0, run_after = now(),
+          lease_until = NULL, worker_id = NULL,
           run_started_at = NULL, cancel_requested_at = NULL, updated_at = now()
         WHERE id IN (SELECT id FROM picked) AND status = 'dead'
           AND NOT EXISTS (SELECT 1 FROM key_locks WHERE NOT taken)
