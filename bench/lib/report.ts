@@ -178,7 +178,7 @@ export function flowRows(config: Config): Row[] {
     row(
       'W-flow-fanout',
       'rootCommitMs',
-      "  root's handler returned → its completion committed (with the trigger's unblocking of every child)",
+      "  root's handler returned → its completion committed (with the unblocking of every child)",
       'ms',
       'lower',
     ),
