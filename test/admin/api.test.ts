@@ -1166,11 +1166,12 @@ describe("flows: GET /api/flows/:id, a job's dependencies, and waiting in every 
     expect(reply.body.truncated).toBe(false);
     expect(reply.body.flowId).toBe(flowId);
     const shown = (reply.body.jobs as Job[]).map((j) => [j.flowRef, j.status, j.flowId]);
+    // ids are drawn in topological order: the nodes without a dependency in the flow first
     expect(shown).toEqual([
       ['root', 'pending', flowId],
+      ['ext', 'waiting', flowId],
       ...Array.from({ length: PARTS }, (_, i) => [`part-${i}`, 'waiting', flowId]),
       ['merge', 'waiting', flowId],
-      ['ext', 'waiting', flowId],
       [null, 'waiting', flowId],
     ]);
     expect(reply.body.jobs[0].payload).toEqual({ url: 'https://example.com/<b>' });
