@@ -7,9 +7,12 @@ import type { Migration } from './migration.js';
  * dependency is done, or, for a dependent with `run_on_dependency_failure`, dead or cancelled.
  *
  * Everything that follows from a dependency's change of status happens in the transaction that
- * changes it, whichever statement does (a completion, a retry that goes dead, a cancel, the
- * reaper, a requeue): a trigger on the dependency's row, which fires only for jobs that have
- * dependents (`has_dependents`; every other job pays one WHEN test per status change).
+ * changes it, whichever statement does. A completion (running → done) counts its dependents
+ * down in the completing statement itself (UNBLOCK in src/store/fragments.ts: one update per
+ * dependent for a whole batch). Every other change (a retry that goes dead, a cancel, the
+ * reaper, a requeue, any statement) goes through a trigger on the dependency's row, which fires
+ * only for jobs that have dependents (`has_dependents`; every other job pays one WHEN test per
+ * status change).
  * - The counter of each dependent moves by one per edge whose satisfaction changed; the
  *   dependents' rows are locked first, in id order, so two dependencies that finish at the same
  *   instant in two workers serialise on their shared dependents and exactly one of them sees the
@@ -25,7 +28,9 @@ import type { Migration } from './migration.js';
  * completion paid it: W2 was about 8 % slower). A retry or release of a running job whose
  * dependency was requeued meanwhile (onDependencyFailure 'run') goes back to pending: it does
  * not wait again.
- * Deleting a job deletes its edges (no foreign keys: their checks would cost every delete).
+ * Deleting a job deletes its edges (no foreign keys: their checks would cost every delete); a
+ * running job deleted (a completion by a worker of the version before this one, under
+ * retention 'delete') counts as done for its dependents.
  */
 export const workflows: Migration = {
   version: 14,
