@@ -15,7 +15,56 @@ import {
   TOOK_OVER,
   UNBLOCK,
 } from './fragments.js';
-import { byId, leaseKey, leaseValues, type Runner, StatementFamily } from './runner.js';
+import {
+  byId,
+  digitsArray,
+  jsonArray,
+  leaseKey,
+  leaseValues,
+  type Runner,
+  StatementFamily,
+  textArray,
+} from './runner.js';
+
+/** A batch item with its position in the caller's batch. */
+interface Indexed {
+  lease: Lease;
+  resultJson: string;
+  index: number;
+}
+
+/**
+ * The batch sorted by job id (one lock order for all batch statements: no deadlocks), a lease
+ * listed twice kept once — its first entry, which alone answers true (SPEC §3). Ids and tokens
+ * are decimal strings of positive int8s without leading zeros (requireLease, or the database):
+ * a shorter one is smaller, and equal lengths compare as text.
+ */
+function uniqueById(batch: readonly { lease: Lease; resultJson: string }[]): Indexed[] {
+  const decimal = (x: string, y: string) => x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
+  const sorted = batch
+    .map((item, index) => ({ lease: item.lease, resultJson: item.resultJson, index }))
+    .sort(
+      (a, b) => decimal(a.lease.id, b.lease.id) || decimal(a.lease.token, b.lease.token) || a.index - b.index,
+    );
+  return sorted.filter((item, i) => {
+    const previous = sorted[i - 1];
+    return (
+      previous === undefined ||
+      previous.lease.id !== item.lease.id ||
+      previous.lease.token !== item.lease.token
+    );
+  });
+}
+
+/** $1–$4 of the batch statements: ids, worker ids, attempts, tokens, as array literals. */
+function leaseArrays(items: readonly Indexed[]): [string, string, string, string] {
+  return [
+    digitsArray(items.map((item) => item.lease.id)),
+    textArray(items.map((item) => item.lease.workerId)),
+    digitsArray(items.map((item) => item.lease.attempt)),
+    digitsArray(items.map((item) => item.lease.token)),
+  ];
+}
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function outcomeSql(s: string) {
@@ -68,13 +117,14 @@ export function outcomeSql(s: string) {
     completeManyDelete: `
       WITH done AS (
         DELETE FROM ${jobs} AS j
-        USING unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) AS c(id, worker_id, attempt, token)
+        USING unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY
+              AS c(id, worker_id, attempt, token, ord)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
           AND j.claims = c.token AND NOT j.has_dependents
-        RETURNING j.id, c.token, j.pending_key
+        RETURNING c.ord, j.pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
-      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM counted) AS counted,
+      SELECT ord::int AS ord, (SELECT count(*) FROM counted) AS counted,
              CASE WHEN pending_key IS NOT NULL THEN pg_notify($5, 'jobs') END AS notified
       FROM done`,
 
@@ -85,22 +135,23 @@ export function outcomeSql(s: string) {
      * primary key (see OPAQUE_RUNNING). §8 wakes workers as complete does (one NOTIFY per
      * transaction: PostgreSQL folds repeats). §10 unblocks the batch's dependents in its
      * transaction once it holds the batch's jobs: locked in id order, one counter update per
-     * dependent (see UNBLOCK).
-     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text), $6 channel.
+     * dependent (see UNBLOCK). Returns the position (1-based) of each lease that completed.
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens (array literals), $5 the results (one JSON
+     * array, in the same order), $6 channel.
      */
     completeMany: `
       WITH done AS (
-        UPDATE ${jobs} AS j SET status = 'done', result = c.result::jsonb, lease_until = NULL, worker_id = NULL,
-                                updated_at = now()
-        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[])
-             AS c(id, worker_id, attempt, token, result)
+        UPDATE ${jobs} AS j SET status = 'done', result = $5::jsonb -> (c.ord::int - 1), lease_until = NULL,
+                                worker_id = NULL, updated_at = now()
+        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY
+             AS c(id, worker_id, attempt, token, ord)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
           AND j.claims = c.token
-        RETURNING j.id, c.token, j.pending_key, j.has_dependents
+        RETURNING c.ord, j.id, j.pending_key, j.has_dependents
       ), ${UNBLOCK(s, 'done', '$6')}, notified AS (
         SELECT pg_notify($6, 'jobs') FROM (SELECT 1 FROM done WHERE pending_key IS NOT NULL LIMIT 1) AS any_keyed
       )
-      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified,
+      SELECT ord::int AS ord, (SELECT count(*) FROM notified) AS notified,
              (SELECT count(*) FROM unblocked)::int AS unblocked
       FROM done`,
 
@@ -253,41 +304,31 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
     db: Executor,
     batch: readonly { lease: Lease; resultJson: string }[],
   ): Promise<boolean[]> {
-    const first = new Map<string, number>();
-    batch.forEach((item, i) => {
-      const key = leaseKey(item.lease);
-      if (!first.has(key)) first.set(key, i);
-    });
-    const unique = [...first.values()].map((i) => batch[i] as { lease: Lease; resultJson: string });
-    const items = byId(unique, (i) => i.lease.id); // one lock order for all batch statements: no deadlocks
-    const completed = new Set<string>();
+    const items = uniqueById(batch);
+    const answers = new Array<boolean>(batch.length).fill(false);
     let rest = items;
     if (this.deleteCompleted) {
-      const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeManyDelete, [
-        items.map((i) => i.lease.id),
-        items.map((i) => i.lease.workerId),
-        items.map((i) => i.lease.attempt),
-        items.map((i) => i.lease.token),
+      const rows = await this.run<{ ord: number }>(db, this.sql.completeManyDelete, [
+        ...leaseArrays(items),
         this.channel,
       ]);
-      for (const row of rows) completed.add(`${row.id}/${row.token}`);
+      const deleted = new Array<boolean>(items.length).fill(false);
+      for (const row of rows) deleted[row.ord - 1] = true;
       // §10 not deleted: jobs with dependents (kept as done), or leases that lost their jobs
-      rest = items.filter((i) => !completed.has(leaseKey(i.lease)));
+      rest = items.filter((item, i) => {
+        if (deleted[i]) answers[item.index] = true;
+        return !deleted[i];
+      });
     }
     if (rest.length > 0) {
-      const rows = await this.run<{ id: string; token: string }>(db, this.sql.completeMany, [
-        rest.map((i) => i.lease.id),
-        rest.map((i) => i.lease.workerId),
-        rest.map((i) => i.lease.attempt),
-        rest.map((i) => i.lease.token),
-        rest.map((i) => i.resultJson),
+      const rows = await this.run<{ ord: number }>(db, this.sql.completeMany, [
+        ...leaseArrays(rest),
+        jsonArray(rest.map((item) => item.resultJson)),
         this.channel,
       ]);
-      for (const row of rows) completed.add(`${row.id}/${row.token}`);
+      for (const row of rows) answers[(rest[row.ord - 1] as Indexed).index] = true;
     }
-    return batch.map(
-      (item, i) => first.get(leaseKey(item.lease)) === i && completed.has(leaseKey(item.lease)),
-    );
+    return answers;
   }
 
   /** `permanent`: dead at once, whatever attempts are left (§9). */

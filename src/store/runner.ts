@@ -96,6 +96,37 @@ export function byId<T>(items: readonly T[], id: (item: T) => string): T[] {
   });
 }
 
+/**
+ * Array parameters written as PostgreSQL array literals here rather than by the driver, whose
+ * per-element escaping (`prepareValue`, `arrayString`, `escapeElement`) was ~5 % of a draining
+ * worker's CPU: ids, counts and tokens are decimal digits (nothing to escape), and a batch's
+ * worker ids are one string repeated (escaped once).
+ */
+export function digitsArray(values: readonly (string | number)[]): string {
+  return `{${values.join(',')}}`;
+}
+
+/** A text[] literal; each distinct value escaped once per call (a batch's worker ids repeat). */
+export function textArray(values: readonly string[]): string {
+  let last: string | null = null;
+  let quoted = '';
+  const parts = new Array<string>(values.length);
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i] as string;
+    if (value !== last) {
+      last = value;
+      quoted = `"${value.replace(/[\\"]/g, '\\$&')}"`;
+    }
+    parts[i] = quoted;
+  }
+  return `{${parts.join(',')}}`;
+}
+
+/** A JSON array of JSON texts (each already valid JSON): one jsonb parameter, nothing escaped. */
+export function jsonArray(texts: readonly string[]): string {
+  return `[${texts.join(',')}]`;
+}
+
 export function leaseValues(lease: Lease): [string, string, number, string] {
   return [lease.id, lease.workerId, lease.attempt, lease.token];
 }
