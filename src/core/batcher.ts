@@ -17,10 +17,21 @@ export interface BatcherOptions {
   maxConcurrent: number;
 }
 
+/**
+ * What a caller of {@link Batcher.push} is told: one object for every item (no promise or
+ * closure per item); each gets its own item back.
+ */
+export interface BatchCallbacks<I, O> {
+  resolve(item: I, value: O): void;
+  reject(item: I, error: unknown): void;
+}
+
 interface Waiting<I, O> {
   item: I;
-  resolve: (value: O) => void;
-  reject: (error: unknown) => void;
+  /** Set for push(): the callbacks, called with the item. */
+  callbacks: BatchCallbacks<I, O> | null;
+  resolve: ((value: O) => void) | null;
+  reject: ((error: unknown) => void) | null;
 }
 
 export class Batcher<I, O> {
@@ -39,9 +50,19 @@ export class Batcher<I, O> {
   /** Adds one item to the next batch; resolves with its own result. */
   add(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      this.queue.push({ item, callbacks: null, resolve, reject });
       this.schedule();
     });
+  }
+
+  /**
+   * Adds one item to the next batch; `callbacks` are called with it and its own result (or
+   * error). For a caller that makes many: nothing is allocated per item but its place in the
+   * queue.
+   */
+  push(item: I, callbacks: BatchCallbacks<I, O>): void {
+    this.queue.push({ item, callbacks, resolve: null, reject: null });
+    this.schedule();
   }
 
   /** Items waiting or being written. */
@@ -78,16 +99,36 @@ export class Batcher<I, O> {
       const results = await this.flush(batch.map((w) => w.item));
       batch.forEach((waiting, i) => {
         const result = results[i];
-        if (result?.ok) waiting.resolve(result.value);
+        if (result?.ok) settle(waiting, true, result.value);
         else
-          waiting.reject(result ? result.error : new Error('batch flush returned no result for this item'));
+          settle(
+            waiting,
+            false,
+            result ? result.error : new Error('batch flush returned no result for this item'),
+          );
       });
     } catch (error) {
-      for (const waiting of batch) waiting.reject(error);
+      for (const waiting of batch) settle(waiting, false, error);
     } finally {
       this.inFlight--;
       if (this.queue.length > 0) this.drain();
       else if (this.inFlight === 0) for (const wake of this.idleWaiters.splice(0)) wake();
     }
+  }
+}
+
+/** Tells one waiting caller its item's outcome (callbacks report their own failures: they must not throw). */
+function settle<I, O>(waiting: Waiting<I, O>, ok: boolean, outcome: unknown): void {
+  const { callbacks } = waiting;
+  if (callbacks === null) {
+    if (ok) waiting.resolve?.(outcome as O);
+    else waiting.reject?.(outcome);
+    return;
+  }
+  try {
+    if (ok) callbacks.resolve(waiting.item, outcome as O);
+    else callbacks.reject(waiting.item, outcome);
+  } catch {
+    // a callback that throws must not settle the rest of its batch twice
   }
 }

@@ -85,12 +85,42 @@ export function toJob(row: JobRow): Job {
   };
 }
 
-/** Maps a freshly claimed row to a {@link ClaimedJob}: the job plus its lease. */
+/** Maps a freshly claimed row to a {@link ClaimedJob}: the job plus its lease, in one object. */
 export function toClaimedJob(row: JobRow): ClaimedJob {
-  const job = toJob(row) as ClaimedJob;
-  job.workerId = row.worker_id ?? '';
-  job.attempt = job.attempts;
-  job.token = String(row.claims);
+  const attempts = Number(row.attempts);
+  const job: ClaimedJob = {
+    id: String(row.id),
+    queue: row.queue,
+    task: row.task,
+    status: row.status,
+    priority: Number(row.priority),
+    payload: row.payload,
+    result: row.result,
+    dedupeKey: row.dedupe_key,
+    group: row.group_key ?? null,
+    progress: row.progress ?? null,
+    flowId: row.flow_id ?? null,
+    flowRef: row.flow_ref ?? null,
+    attempts,
+    maxAttempts: Number(row.max_attempts),
+    runAfter: toDate(row.run_after),
+    leaseUntil: toDateOrNull(row.lease_until),
+    workerId: row.worker_id ?? '',
+    runStartedAt: toDateOrNull(row.run_started_at),
+    timeoutMs: row.timeout_ms === null ? null : Number(row.timeout_ms),
+    lastError: row.last_error,
+    cancelRequestedAt: toDateOrNull(row.cancel_requested_at),
+    createdAt: toDate(row.created_at),
+    updatedAt: toDate(row.updated_at),
+    attemptedBy:
+      row.attempted_by && row.attempted_by.length > 0
+        ? row.attempted_by
+        : row.worker_id
+          ? [row.worker_id]
+          : [],
+    attempt: attempts,
+    token: String(row.claims),
+  };
   if (row.trace_context) traceContexts.set(job, row.trace_context);
   return job;
 }

@@ -9,7 +9,7 @@
  * unstarted jobs are released in one statement on stop. Retention, workflows and telemetry hook
  * in here.
  */
-import { Batcher } from '../core/batcher.js';
+import { type BatchCallbacks, Batcher } from '../core/batcher.js';
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
 import type { Engine } from './engine.js';
@@ -17,8 +17,14 @@ import type { Engine } from './engine.js';
 /** Most completions in one statement. */
 const MAX_BATCH = 1_000;
 
+/** A completion to write: the lease and the result as JSON text. */
+export interface Completion {
+  readonly lease: Lease;
+  readonly resultJson: string;
+}
+
 export class Completer {
-  private readonly batcher: Batcher<{ lease: Lease; resultJson: string }, boolean>;
+  private readonly batcher: Batcher<Completion, boolean>;
 
   constructor(private readonly engine: Engine) {
     this.batcher = new Batcher(
@@ -41,6 +47,15 @@ export class Completer {
   completeBatched(lease: Lease, resultJson: string): Promise<boolean> {
     this.engine.assertOpen();
     return this.batcher.add({ lease, resultJson });
+  }
+
+  /**
+   * As {@link completeBatched}, for a caller with many: `callbacks` get the item back with its
+   * answer (or the error of its batch), and nothing is allocated per item.
+   */
+  pushCompletion<C extends Completion>(item: C, callbacks: BatchCallbacks<C, boolean>): void {
+    this.engine.assertOpen();
+    this.batcher.push(item, callbacks as BatchCallbacks<Completion, boolean>);
   }
 
   /** Many completions in one statement; one answer per item, in input order. */

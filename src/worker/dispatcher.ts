@@ -9,7 +9,7 @@ import type { Engine } from '../engine/engine.js';
 import type { Tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
-import { execute } from './job-executor.js';
+import { type ExecutorDeps, execute } from './job-executor.js';
 import { JobRun } from './job-run.js';
 import { LocalQueue } from './local-queue.js';
 import type { WorkerSettings } from './options.js';
@@ -45,8 +45,12 @@ export class Dispatcher {
   private readonly localQueue = new LocalQueue();
   /** Handlers running now (runs in phase 'running'): at most `concurrency`. */
   private executing = 0;
-  /** Each run's end (outcome written or dropped), for stop() to wait on. */
-  private readonly settled = new Map<string, Promise<void>>();
+  /** Waiting for every started run to finish (stop()). */
+  private readonly idleWaiters = new Set<() => void>();
+  /** What every run's executor is given: one object for all (no closures per job). */
+  private readonly executorDeps: ExecutorDeps;
+  /** A run's local lease deadline passed (shared by every run). */
+  private readonly leaseExpired: (run: JobRun) => void;
   /** Handlers abandoned on stop that may still run: nothing is written for them after stop(). */
   readonly runaways = new Set<JobRun>();
   /** Jobs claimed since start. */
@@ -54,7 +58,28 @@ export class Dispatcher {
   /** Runs started and not yet finished (running, or writing their outcome). */
   private live = 0;
 
-  constructor(private readonly deps: DispatcherDeps) {}
+  constructor(private readonly deps: DispatcherDeps) {
+    const { settings, engine } = deps;
+    this.leaseExpired = (run) => deps.onLeaseExpired(run);
+    this.executorDeps = {
+      engine,
+      tracing: deps.tracing,
+      batchCompletions: settings.batchCompletions,
+      taskSettings: (task) => {
+        const found = settings.tasks.get(task);
+        return { backoff: found?.backoff ?? settings.backoff, retryIf: found?.retryIf ?? null };
+      },
+      emit: deps.emit,
+      onError: deps.onError,
+      // The handler settled (or was given up on): its slot starts the next held job while the
+      // outcome is written (claims stay bounded by concurrency + prefetch until it is).
+      onSettled: () => {
+        this.executing--;
+        this.dispatch();
+      },
+      onFinished: (run) => this.finished(run),
+    };
+  }
 
   /** Runs started and not yet finished (running, or writing their outcome). */
   get active(): number {
@@ -87,22 +112,28 @@ export class Dispatcher {
   /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
   accept(jobs: ClaimedJob[], sentAt: number): void {
     const { settings } = this.deps;
-    const runs = jobs.map((job) => {
-      const run = new JobRun(job, {
-        timeoutMs: job.timeoutMs ?? settings.tasks.get(job.task)?.timeoutMs ?? null,
-        leaseMs: settings.leaseMs,
-        graceMs: settings.abortGraceMs,
-        claimSentAt: sentAt,
-        onLeaseExpired: (expired) => this.deps.onLeaseExpired(expired),
-      });
+    const runs = new Array<JobRun>(jobs.length);
+    let urgent = 0;
+    // one options object for the whole claim (JobRun copies what it needs)
+    const options = {
+      timeoutMs: null as number | null,
+      leaseMs: settings.leaseMs,
+      graceMs: settings.abortGraceMs,
+      claimSentAt: sentAt,
+      onLeaseExpired: this.leaseExpired,
+    };
+    for (let i = 0; i < jobs.length; i++) {
+      const job = jobs[i] as ClaimedJob;
+      options.timeoutMs = job.timeoutMs ?? settings.tasks.get(job.task)?.timeoutMs ?? null;
+      const run = new JobRun(job, options);
       this.runs.set(run.key, run);
-      return run;
-    });
+      runs[i] = run;
+      if (this.deps.jumpsQueue(job)) urgent++;
+    }
     this.claimed += runs.length;
-    const urgent = runs.filter((run) => this.deps.jumpsQueue(run.job));
-    if (urgent.length > 0) {
-      this.localQueue.pushFront(urgent);
-      this.localQueue.push(runs.filter((run) => !urgent.includes(run)));
+    if (urgent > 0) {
+      this.localQueue.pushFront(runs.filter((run) => this.deps.jumpsQueue(run.job)));
+      this.localQueue.push(runs.filter((run) => !this.deps.jumpsQueue(run.job)));
     } else {
       this.localQueue.push(runs);
     }
@@ -131,18 +162,18 @@ export class Dispatcher {
 
   /** Waits up to `ms` for every run to finish; true when they all did. */
   async allSettled(ms: number): Promise<boolean> {
-    const finished = Promise.all(
-      [...this.runs.values()].map((run) => this.settled.get(run.key) ?? Promise.resolve()),
-    );
-    let timer: NodeJS.Timeout | undefined;
-    const done = await Promise.race([
-      finished.then(() => true),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(false), ms);
-      }),
-    ]);
-    clearTimeout(timer);
-    return done && this.runs.size === 0;
+    if (this.live > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      let wake!: () => void;
+      await new Promise<void>((resolve) => {
+        wake = resolve;
+        this.idleWaiters.add(wake);
+        timer = setTimeout(resolve, ms);
+      });
+      this.idleWaiters.delete(wake);
+      clearTimeout(timer);
+    }
+    return this.live === 0 && this.runs.size === 0;
   }
 
   /** Starts held jobs while slots are free. */
@@ -157,8 +188,7 @@ export class Dispatcher {
   /** Starts a held run's handler in a free slot. */
   private start(run: JobRun): void {
     const { job } = run;
-    const { settings, engine } = this.deps;
-    const task = settings.tasks.get(job.task);
+    const task = this.deps.settings.tasks.get(job.task);
     run.start();
     this.executing++;
     this.live++;
@@ -167,34 +197,21 @@ export class Dispatcher {
       (() => {
         throw new Error(`No handler for task "${job.task}" in this worker`);
       });
-    const done = execute(run, handler, {
-      engine,
-      tracing: this.deps.tracing,
-      batchCompletions: settings.batchCompletions,
-      backoff: task?.backoff ?? settings.backoff,
-      retryIf: task?.retryIf ?? null,
-      emit: (event, payload) => this.deps.emit(event, payload),
-      onError: (error, during) => this.deps.onError(error, during),
-      // The handler settled (or was given up on): its slot starts the next held job while the
-      // outcome is written (claims stay bounded by concurrency + prefetch until it is).
-      onSettled: () => {
-        this.executing--;
-        this.dispatch();
-      },
-    })
-      .catch((error: unknown) => this.deps.onError(error, `running job ${job.id}`))
-      .finally(() => {
-        if (run.phase === 'running') {
-          this.executing--; // execute() failed before the handler settled
-          this.dispatch();
-        }
-        if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
-        else run.finish();
-        this.live--;
-        this.runs.delete(run.key);
-        this.settled.delete(run.key);
-        this.deps.onFreed();
-      });
-    this.settled.set(run.key, done);
+    // it reports what fails, and ends in finished()
+    execute(run, handler, this.executorDeps);
+  }
+
+  /** A run is over: its outcome written or dropped. */
+  private finished(run: JobRun): void {
+    if (run.phase === 'running') {
+      this.executing--; // execute() failed before the handler settled
+      this.dispatch();
+    }
+    if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
+    else run.finish();
+    this.live--;
+    this.runs.delete(run.key);
+    if (this.live === 0) for (const wake of this.idleWaiters) wake();
+    this.deps.onFreed();
   }
 }

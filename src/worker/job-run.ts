@@ -289,14 +289,24 @@ export class JobRun {
   }
 
   /**
-   * What the handler did: `settled`'s outcome, or `abandoned` if the grace period after an abort
-   * ends first (one promise per run: most runs are never aborted).
+   * What the handler did, from its promise: its value or error (or, once ctx.transaction has
+   * committed the completion, that), or `abandoned` if the grace period after an abort ends first
+   * (one promise per run: most runs are never aborted).
    */
-  outcomeOf(settled: Promise<HandlerOutcome>): Promise<HandlerOutcome> {
+  outcomeOf(handled: Promise<unknown>): Promise<HandlerOutcome> {
     if (this.runaway) return Promise.resolve({ kind: 'abandoned' });
     return new Promise((resolve) => {
       this.abandon = () => resolve({ kind: 'abandoned' });
-      settled.then(resolve, (error: unknown) => resolve({ kind: 'error', error }));
+      handled.then(
+        (value: unknown) =>
+          resolve(
+            this.committed ? { kind: 'committed', value: this.committed.value } : { kind: 'result', value },
+          ),
+        (error: unknown) =>
+          resolve(
+            this.committed ? { kind: 'committed', value: this.committed.value } : { kind: 'error', error },
+          ),
+      );
     });
   }
 

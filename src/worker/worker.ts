@@ -319,6 +319,7 @@ export class Worker extends EventEmitter {
         // Outcome writes still retrying (the database away): the reaper recovers those jobs.
         for (const run of runs.values()) run.closeWrites();
         await Promise.all([...runs.values()].map((run) => run.inFlight?.catch(() => undefined)));
+        await this.engine.completer.idle(); // batched completions have no promise of their own
       }
     }
     for (const run of runs.values()) run.closeWrites();
