@@ -69,7 +69,7 @@ export function flowChecks(
     const statusOf = (dep: string) => jobsById.get(dep)?.status ?? 'done';
     const satisfied = (dep: string) => (runMode ? FINAL.has(statusOf(dep)) : statusOf(dep) === 'done');
     const failed = [...deps].filter((d) => statusOf(d) === 'dead' || statusOf(d) === 'cancelled');
-    endState(verdict, job, [...deps], failed, satisfied);
+    endState(verdict, job, [...deps], failed, satisfied, history);
     claimOrder(verdict, job, [...deps], history);
     dependenciesSeen(verdict, job, deps, history, byJob.get(id) ?? []);
     const inserted = history.insertedUs(id);
@@ -96,6 +96,7 @@ function endState(
   deps: string[],
   failed: string[],
   satisfied: (dep: string) => boolean,
+  history: History,
 ): void {
   const mode = job.run_on_failure ? "'run'" : "'cancel'";
   if (job.status === 'waiting') {
@@ -103,7 +104,7 @@ function endState(
       verdict.stuck.push({
         check: 'dependent stuck',
         job: job.id,
-        text: `still waiting after the drain, although every dependency (${deps.join(', ')}) is ${job.run_on_failure ? 'finished' : 'done'} (${job.kind}, onDependencyFailure ${mode})`,
+        text: `still waiting after the drain, although every dependency is ${job.run_on_failure ? 'finished' : 'done'} (${job.kind}, onDependencyFailure ${mode}): ${deps.map((d) => story(history, job.id, d)).join('; ')}`,
       });
     } else if (!job.run_on_failure && failed.length > 0) {
       verdict.cascade.push({
@@ -183,6 +184,18 @@ function dependenciesSeen(
       });
     }
   }
+}
+
+/** When the dependent was written, what its dependency was doing then, and when that one finished. */
+function story(history: History, job: string, dep: string): string {
+  const inserted = history.insertedUs(job);
+  const finished = history.firstEntered(dep, FINAL);
+  const then =
+    inserted === null
+      ? '?'
+      : (history.intervals(dep).find((iv) => iv.fromUs <= inserted && inserted < iv.toUs)?.status ?? '?');
+  const finishedText = finished === null ? 'never finished' : `finished at ${isoUs(finished)}`;
+  return `written at ${inserted === null ? '?' : isoUs(inserted)} while ${dep} was ${then}; ${dep} ${finishedText}`;
 }
 
 /**
