@@ -17,7 +17,6 @@ import type {
   FlowResult,
   Job,
   JobDependencies,
-  JobStatus,
 } from '../types.js';
 import type { Engine } from './engine.js';
 
@@ -93,11 +92,12 @@ export class Flows {
   }
 
   /**
-   * Writes `nodes` (ids drawn in input order) and their edges in one transaction — the caller's
-   * when `db` is its client. The existing jobs they depend on are locked first, so each new
-   * job's counter counts exactly the edges not satisfied at its commit; statuses are decided in
-   * the topological `order`. A dependency on an id that does not exist is a ValidationError with
-   * nothing written.
+   * Writes `nodes` (ids drawn in topological order) and their edges in one transaction — the
+   * caller's when `db` is its client. The existing jobs they depend on are read and held (FOR
+   * KEY SHARE: not deleted meanwhile, and no transition waits for this transaction); the jobs
+   * that depend on them go in `waiting`, and the commit decides their counters and statuses from
+   * what those jobs are then (migration 15). A dependency on an id that does not exist is a
+   * ValidationError with nothing written.
    */
   private async write(
     nodes: readonly GraphNode[],
@@ -108,9 +108,9 @@ export class Flows {
     const { engine } = this;
     engine.assertOpen();
     const jobs = nodes.map((node) => node.job);
+    const existing = [...new Set(nodes.flatMap((node) => node.idDeps))];
     const attempt = () =>
       engine.enqueuer.atomically(db, async (tx) => {
-        const existing = [...new Set(nodes.flatMap((node) => node.idDeps))];
         const locked =
           existing.length > 0
             ? await engine.store.flows.lockDependencies(tx, existing)
@@ -138,7 +138,7 @@ export class Flows {
         order.forEach((node, k) => {
           ids[node] = drawn[k] as string;
         });
-        const rows = plan(nodes, order, ids, locked, flowId);
+        const rows = plan(nodes, ids, locked, flowId);
         const edges = nodes.flatMap((node, i) => {
           const job = ids[i] as string;
           return [...node.refDeps.map((dep) => ids[dep] as string), ...node.idDeps].map((dependsOn) => ({
@@ -153,6 +153,10 @@ export class Flows {
     // their dependents) rolls the transaction back: in a transaction of our own, it is tried
     // again; in yours, the error (SQLSTATE 40P01) is yours to retry, as for any deadlock.
     const run = async (): Promise<EnqueueResult[]> => {
+      // In your transaction, the jobs depended on are marked first, in a statement of their own:
+      // a completion under retention 'delete' keeps them without waiting for your commit.
+      if (db !== undefined && existing.length > 0)
+        await engine.store.flows.markDependencies(engine.pool, existing);
       for (let round = 1; ; round++) {
         try {
           return await attempt();
@@ -169,35 +173,25 @@ export class Flows {
 }
 
 /**
- * Each node's row: its status from its dependencies' (decided in topological order: a node
- * cancelled by a failed dependency counts as failed for its own dependents), the edges not yet
- * satisfied, and the flow it joins.
+ * Each node's row. A node that depends on existing jobs goes in `waiting` with every edge
+ * counted as unsatisfied, and its commit decides (the trigger of migration 15, which reads their
+ * statuses under their locks); a node that depends only on new ones waits for all of them (none
+ * of them is done yet); one without dependencies is pending. A node joins the flow being written,
+ * or else the one flow all its existing dependencies belong to.
  */
 function plan(
   nodes: readonly GraphNode[],
-  order: readonly number[],
   ids: readonly string[],
   locked: ReadonlyMap<string, LockedDependency>,
   flowId: string | null,
 ): GraphRow[] {
   const hasDependents = new Set(nodes.flatMap((node) => node.refDeps));
-  const rows: GraphRow[] = new Array(nodes.length);
-  for (const i of order) {
-    const node = nodes[i] as GraphNode;
+  return nodes.map((node, i) => {
     const { job } = node;
-    const runAnyway = job.runOnDependencyFailure;
-    const deps: { id: string; status: JobStatus }[] = [
-      ...node.refDeps.map((dep) => ({ id: ids[dep] as string, status: (rows[dep] as GraphRow).status })),
-      ...node.idDeps.map((id) => ({ id, status: (locked.get(id) as LockedDependency).status })),
-    ];
-    const failed = (status: JobStatus) => status === 'dead' || status === 'cancelled';
-    const satisfied = (status: JobStatus) => status === 'done' || (runAnyway && failed(status));
-    const depsLeft = deps.filter((dep) => !satisfied(dep.status)).length;
-    const failedDep = runAnyway ? undefined : deps.find((dep) => failed(dep.status));
-    // a job that depends on existing jobs of one flow joins it
+    const depsTotal = node.refDeps.length + node.idDeps.length;
     const flows = new Set(node.idDeps.map((id) => (locked.get(id) as LockedDependency).flowId));
     const joins = flowId ?? (flows.size === 1 && node.refDeps.length === 0 ? ([...flows][0] ?? null) : null);
-    rows[i] = {
+    return {
       id: ids[i] as string,
       queue: job.queue,
       task: job.task,
@@ -209,18 +203,16 @@ function plan(
       timeoutMs: job.timeoutMs,
       group: job.group,
       traceContext: job.traceContext,
-      status: failedDep ? 'cancelled' : depsLeft > 0 ? 'waiting' : 'pending',
-      depsLeft,
-      depsTotal: deps.length,
+      status: depsTotal > 0 ? 'waiting' : 'pending',
+      depsLeft: depsTotal,
+      depsTotal,
+      checkAtCommit: node.idDeps.length > 0,
       hasDependents: hasDependents.has(i),
-      runOnDependencyFailure: runAnyway,
-      cancelledBy: failedDep?.id ?? null,
-      lastError: failedDep
-        ? `Cancelled: job ${failedDep.id}, which it depends on, is ${failedDep.status} (onDependencyFailure 'cancel')`
-        : null,
+      runOnDependencyFailure: job.runOnDependencyFailure,
+      cancelledBy: null,
+      lastError: null,
       flowId: joins,
       flowRef: flowId === null ? null : node.ref,
     };
-  }
-  return rows;
+  });
 }

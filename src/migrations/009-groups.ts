@@ -36,12 +36,19 @@ export type Create = 'CREATE' | 'CREATE OR REPLACE';
  */
 export type PickFilter = (alias: string) => string;
 const NONE: PickFilter = () => '';
+/**
+ * The row lock a pick takes on the jobs it picks. Migration 15 recreates the picks with
+ * FOR NO KEY UPDATE: a job whose dependent is being enqueued holds a FOR KEY SHARE lock (it
+ * must not be deleted meanwhile), which FOR UPDATE would wait for — or, with SKIP LOCKED, skip.
+ */
+export type PickLock = 'FOR UPDATE' | 'FOR NO KEY UPDATE';
 
 /** The walk of one queue's grouped jobs (see the comment in the SQL). */
 export const pickGroupsSql = (
   s: string,
   create: Create,
   blocked: PickFilter,
+  lock: PickLock = 'FOR UPDATE',
 ) => `-- §8 one queue's due grouped jobs, round-robin. Per priority (lowest first): round 1 walks the
 -- groups in key order starting after p_after — the group this claimer served last in this
 -- queue, so that claims of one job at a time rotate too — one descent per group, taking one job
@@ -147,7 +154,7 @@ BEGIN
         AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
       ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
       LIMIT 1
-      FOR UPDATE SKIP LOCKED;
+      ${lock} SKIP LOCKED;
       CONTINUE WHEN NOT FOUND;
       taken := taken + 1;
       seq := seq + 1;
@@ -177,7 +184,7 @@ BEGIN
             AND (j.run_after, j.id) > (g_ra[k], g_id[k])
           ORDER BY j.queue, j.priority, j.group_key, j.run_after, j.id
           LIMIT CASE WHEN active = 1 THEN least(g_room[k], p_limit - taken) ELSE 1 END
-          FOR UPDATE SKIP LOCKED
+          ${lock} SKIP LOCKED
         LOOP
           taken := taken + 1;
           seq := seq + 1;
@@ -211,6 +218,7 @@ export const pickPendingSql = (
   s: string,
   create: Create,
   blocked: PickFilter,
+  lock: PickLock = 'FOR UPDATE',
 ) => `-- §1.1 the plain claim's pick, as before, for ungrouped jobs only (its index holds no others).
 ${create} FUNCTION ${s}.pick_pending(p_limit integer, p_tasks text[], p_queues text[])
 RETURNS SETOF bigint
@@ -227,7 +235,7 @@ AS $fn$
     AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
   ORDER BY priority, run_after, id
   LIMIT p_limit
-  FOR UPDATE SKIP LOCKED
+  ${lock} SKIP LOCKED
 $fn$;`;
 
 /** The plain claim's pick while a grouped job is due. */
@@ -235,6 +243,7 @@ export const pickMixedSql = (
   s: string,
   create: Create,
   blocked: PickFilter,
+  lock: PickLock = 'FOR UPDATE',
 ) => `-- §1.1/§8 the plain claim's pick while a grouped job is due (the claim statement chooses):
 -- ungrouped jobs in claim order and each unrestricted queue's grouped jobs round-robin, merged
 -- by (priority, round, order of the picks) — the k-th ungrouped job goes with each group's k-th
@@ -256,7 +265,7 @@ AS $fn$
       AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
-    FOR UPDATE SKIP LOCKED
+    ${lock} SKIP LOCKED
   ), grouped AS MATERIALIZED (
     WITH RECURSIVE queues_with_groups AS (
       (SELECT j.queue FROM ${s}.jobs AS j
@@ -283,6 +292,7 @@ export const pickQueueSql = (
   s: string,
   create: Create,
   blocked: PickFilter,
+  lock: PickLock = 'FOR UPDATE',
 ) => `${create} FUNCTION ${s}.pick_queue(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
                                 p_after text, p_lock text)
 RETURNS SETOF bigint
@@ -299,7 +309,7 @@ AS $fn$
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
-    FOR UPDATE SKIP LOCKED
+    ${lock} SKIP LOCKED
   ), grouped AS MATERIALIZED (
     SELECT g.o_id AS id, g.o_priority AS priority, g.o_rnk AS rnk, g.o_seq AS seq, g.o_run_after AS run_after
     FROM ${s}.queues AS q

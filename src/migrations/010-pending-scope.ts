@@ -16,7 +16,7 @@ import type { Migration } from './migration.js';
  *   (`pending_holder`), which an enqueue of the key takes too: a job that would be a second
  *   queued one is cancelled as superseded instead, never a unique violation in a worker's write.
  */
-const blocked =
+export const blocked =
   (s: string): PickFilter =>
   (alias) =>
     `

@@ -15,6 +15,7 @@ import { progress } from './011-progress.js';
 import { waitHints } from './012-wait-hints.js';
 import { traceContext } from './013-trace-context.js';
 import { workflows } from './014-workflows.js';
+import { dependencyCommit } from './015-dependency-commit.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -33,6 +34,7 @@ export const MIGRATIONS: readonly Migration[] = [
   waitHints,
   traceContext,
   workflows,
+  dependencyCommit,
 ];
 
 /** The schema version this package needs. */

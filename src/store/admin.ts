@@ -6,6 +6,7 @@
 import type { Executor } from '../db/executor.js';
 import { DatabaseError, DedupeConflictError } from '../errors.js';
 import type { JobStatus } from '../types.js';
+import { UNCHANGED_SINCE_SNAPSHOT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** A job's status before and after a one-statement transition (`after` null: it did not apply). */
@@ -20,12 +21,17 @@ export function adminSql(s: string) {
   /**
    * §10 a finished job may be deleted once no dependent of it can still run: its dependents read
    * its status and result (ctx.dependencies), and a requeue of it brings back what it cancelled
-   * — nor can one that a dependency's failure cancelled (a requeue of that one brings it back).
+   * — nor can one that a requeue can bring back: a dead one, or one that a dependency's failure
+   * cancelled. Read from the statement's snapshot: the statements lock their victims FOR UPDATE
+   * SKIP LOCKED (a job that an open enqueue depends on holds FOR KEY SHARE: passed by) and keep a
+   * row whose version changed since the snapshot (the commit of a new dependent marks it), see
+   * UNCHANGED_SINCE_SNAPSHOT.
    */
-  const DEPENDENTS_DONE = (alias: string) => `(NOT ${alias}.has_dependents OR NOT EXISTS (
+  const DEPENDENTS_DONE = (alias: string) => `(NOT ${alias}.has_dependents OR (NOT EXISTS (
           SELECT 1 FROM ${s}.job_dependencies AS d JOIN ${jobs} AS c ON c.id = d.job_id
           WHERE d.depends_on = ${alias}.id
-            AND (c.status IN ('waiting', 'pending', 'running') OR c.cancelled_by IS NOT NULL)))`;
+            AND (c.status IN ('waiting', 'pending', 'running', 'dead') OR c.cancelled_by IS NOT NULL))
+          AND ${UNCHANGED_SINCE_SNAPSHOT(s, alias)}))`;
   return {
     /**
      * §1.2 dead → pending with attempts reset (§1.8); §1.9 wakes workers. One statement that
@@ -39,7 +45,7 @@ export function adminSql(s: string) {
      */
     requeue: `
       WITH target AS MATERIALIZED (
-        SELECT id, status, pending_key FROM ${jobs} WHERE id = $1 FOR UPDATE
+        SELECT id, status, pending_key FROM ${jobs} WHERE id = $1 FOR NO KEY UPDATE
       ), key_locks AS MATERIALIZED (
         SELECT pg_advisory_xact_lock(${s}.pending_lock_id(t.pending_key)) FROM target AS t
         WHERE t.status = 'dead' AND t.pending_key IS NOT NULL
@@ -70,7 +76,7 @@ export function adminSql(s: string) {
         SELECT id, pending_key FROM ${jobs}
         WHERE status = 'dead' AND ($1::text IS NULL OR task = $1) AND id > $2::bigint
         ORDER BY id LIMIT $3
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED
       ), key_locks AS MATERIALIZED (
         SELECT pg_try_advisory_xact_lock(k.lock_id) AS taken FROM (
           SELECT DISTINCT ${s}.pending_lock_id(p.pending_key) AS lock_id FROM picked AS p
@@ -110,7 +116,7 @@ export function adminSql(s: string) {
      */
     cancel: `
       WITH target AS MATERIALIZED (
-        SELECT id, status FROM ${jobs} WHERE id = $1 FOR UPDATE
+        SELECT id, status FROM ${jobs} WHERE id = $1 FOR NO KEY UPDATE
       ), cancelled AS (
         UPDATE ${jobs} AS j SET
           status = CASE WHEN t.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
@@ -127,19 +133,19 @@ export function adminSql(s: string) {
 
     /**
      * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after
-     * id $3: many short transactions instead of one long one.
+     * id $3: many short transactions instead of one long one. SKIP LOCKED: it never waits on a
+     * row another transaction holds (nor makes it wait); such a row is passed by.
      */
     pruneBatch: `
-      WITH victims AS (
+      WITH victims AS MATERIALIZED (
         SELECT id FROM ${jobs}
         WHERE id > $3::bigint AND status = ANY($1::text[])
           AND updated_at < now() - $2::float8 * interval '1 millisecond' AND ${DEPENDENTS_DONE('jobs')}
         ORDER BY id
         LIMIT $4
+        FOR UPDATE SKIP LOCKED -- a row changed meanwhile is re-checked by the lock itself
       ), deleted AS (
-        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) AND status = ANY($1::text[])
-          AND updated_at < now() - $2::float8 * interval '1 millisecond' -- re-checked on a row changed meanwhile
-          AND ${DEPENDENTS_DONE('jobs')}
+        DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims)
         RETURNING id
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,

@@ -25,8 +25,10 @@ export interface GraphRow {
   timeoutMs: number | null;
   group: string | null;
   traceContext: string | null;
-  status: 'waiting' | 'pending' | 'cancelled';
+  status: 'waiting' | 'pending';
   depsLeft: number;
+  /** Depends on jobs that existed before this write: decided at its transaction's commit (migration 15). */
+  checkAtCommit: boolean;
   depsTotal: number;
   hasDependents: boolean;
   runOnDependencyFailure: boolean;
@@ -36,10 +38,9 @@ export interface GraphRow {
   flowRef: string | null;
 }
 
-/** An existing job a new one depends on, as locked: its status and flow. */
+/** An existing job a new one depends on, as read (and held for its transaction): its flow. */
 export interface LockedDependency {
   id: string;
-  status: JobStatus;
   flowId: string | null;
 }
 
@@ -53,24 +54,36 @@ export function flowSql(s: string) {
       SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass)::text AS id FROM generate_series(1, $1::int) ORDER BY 1`,
 
     /**
-     * §10 the existing jobs new ones depend on, locked in id order until the transaction ends:
-     * their change of status (whose trigger reads the edges) then waits for the new edges to
-     * commit, or has committed before and the status read here is the one it left — the new
-     * job's counter counts exactly the edges that are not satisfied. $1 ids.
+     * §10 the existing jobs new ones depend on, FOR KEY SHARE (in id order) until the transaction
+     * ends: none of them can be deleted meanwhile (a prune passes it by, a completion under
+     * retention 'delete' waits and keeps it), and nobody waits for this transaction — every
+     * transition takes FOR NO KEY UPDATE. Their statuses are read at the commit, by the trigger
+     * that decides the new jobs' counters (migration 15). $1 ids.
      */
     lockDependencies: `
-      SELECT id::text AS id, status, flow_id::text AS flow_id FROM ${jobs}
-      WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE`,
+      SELECT id::text AS id, flow_id::text AS flow_id FROM ${jobs}
+      WHERE id = ANY ($1::bigint[]) ORDER BY id FOR KEY SHARE`,
 
-    /** §10 marks (already locked) jobs as having dependents: their trigger fires from now on. $1 ids. */
+    /**
+     * §10 marks existing jobs as having dependents before a caller's transaction adds them (its
+     * own autocommitted statement): a completion under retention 'delete' then keeps such a job
+     * without waiting for that transaction (a rollback leaves a mark that only keeps a done row).
+     * A row locked by another transaction — the caller's own, or a transition in flight — is
+     * passed by: the commit's trigger marks it, and a completion that meets the enqueue's lock
+     * waits for it. In id order. $1 ids.
+     */
     markDependencies: `
-      UPDATE ${jobs} SET has_dependents = true WHERE id = ANY ($1::bigint[]) AND NOT has_dependents`,
+      UPDATE ${jobs} AS j SET has_dependents = true
+      FROM (SELECT id FROM ${jobs} WHERE id = ANY ($1::bigint[]) AND NOT has_dependents
+            ORDER BY id FOR NO KEY UPDATE SKIP LOCKED) AS l
+      WHERE j.id = l.id`,
 
     /**
      * §10/§1.6 a graph's jobs and edges in one statement (all rows or none); §1.9 one wake-up
-     * hint when any job went in pending. $1–$20 parallel arrays of the jobs' columns (the two
-     * flags as text), $21 edge
-     * dependents, $22 edge dependencies, $23 channel.
+     * hint when any job went in pending (those decided at the commit send their own). $1–$20
+     * parallel arrays of the jobs' columns (the flags as text), $21 edge dependents, $22 edge
+     * dependencies, $23 channel, $24 the jobs that depend on existing ones and $25 the lowest id
+     * of the graph (every dependency below it existed before).
      */
     insertGraph: `
       WITH input AS (
@@ -94,11 +107,16 @@ export function flowSql(s: string) {
         INSERT INTO ${deps} (job_id, depends_on)
         SELECT * FROM unnest($21::bigint[], $22::bigint[])
         RETURNING 1
+      ), checks AS (
+        -- the jobs that depend on existing ones, decided at the commit (migration 15)
+        INSERT INTO ${s}.dependency_checks (job_ids, first_id)
+        SELECT $24::bigint[], $25::bigint WHERE cardinality($24::bigint[]) > 0
+        RETURNING 1
       ), notified AS (
         SELECT pg_notify($23, 'jobs') FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) AS any_pending
       )
       SELECT (SELECT count(*) FROM ins)::int AS jobs, (SELECT count(*) FROM edges)::int AS edges,
-             (SELECT count(*) FROM notified)::int AS notified`,
+             (SELECT count(*) FROM checks)::int AS checks, (SELECT count(*) FROM notified)::int AS notified`,
 
     /**
      * §10 ctx.dependencies(): a job's dependencies with their status and result, and whether each
@@ -142,19 +160,17 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
   }
 
   /**
-   * Locks the existing jobs `ids` (in id order, until the transaction ends) and marks them as
-   * having dependents; returns those found.
+   * Holds the existing jobs `ids` for the rest of the transaction (FOR KEY SHARE: not deleted,
+   * nobody waits); returns those found.
    */
   async lockDependencies(db: Executor, ids: readonly string[]): Promise<Map<string, LockedDependency>> {
-    const rows = await this.run<{ id: string; status: JobStatus; flow_id: string | null }>(
-      db,
-      this.sql.lockDependencies,
-      [ids],
-    );
+    const rows = await this.run<{ id: string; flow_id: string | null }>(db, this.sql.lockDependencies, [ids]);
+    return new Map(rows.map((row) => [String(row.id), { id: String(row.id), flowId: row.flow_id }]));
+  }
+
+  /** Marks the jobs `ids` as having dependents, in a statement of its own (rows locked elsewhere: passed by). */
+  async markDependencies(db: Executor, ids: readonly string[]): Promise<void> {
     await this.run(db, this.sql.markDependencies, [ids]);
-    return new Map(
-      rows.map((row) => [String(row.id), { id: String(row.id), status: row.status, flowId: row.flow_id }]),
-    );
   }
 
   /** Writes a graph's jobs and edges in one statement. */
@@ -189,6 +205,8 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
       edges.map((e) => e.job),
       edges.map((e) => e.dependsOn),
       this.channel,
+      rows.filter((r) => r.checkAtCommit).map((r) => r.id),
+      rows.reduce((low, r) => (BigInt(r.id) < BigInt(low) ? r.id : low), rows[0]?.id ?? '0'),
     ]);
   }
 

@@ -59,41 +59,31 @@ export const SUPERSEDED = (holder: string, key: string) =>
   `format('Superseded: job %s was already queued for dedupe key %s (scope ''pending''), so this job was cancelled instead of going back to the queue', ${holder}, ${key})`;
 
 /**
- * §10 running → done unblocks in the completing statement itself (migration 14's trigger leaves
- * that one transition to it), as two CTEs over CTE `done` (the completed jobs: id,
- * has_dependents):
- * - `dependents`: the dependents of the completed jobs that have any, locked in id order. Two
- *   completions whose jobs share dependents queue on them in one order (no deadlock), after
- *   their own jobs, which no other completion holds. The edges are probed through their index
- *   by a LATERAL lookup per job with dependents (OFFSET 0 keeps the planner from flattening it
- *   into a scan of every edge); a batch without any reads no edge (§7).
- * - `unblocked`: each of them counts its finished dependencies down by how many are in `done` —
- *   one update per dependent, however many of its dependencies the batch holds — and the one
- *   that reaches zero goes waiting → pending, due from now at the latest. It runs after the
- *   locks: a row that a transaction committed after this statement's snapshot is re-read
- *   before it is updated, so each count is exact and exactly one completion sees it reach zero.
+ * §10 running → done unblocks the completed jobs' dependents in the completing statement's
+ * transaction, as CTE `unblocked` over CTE `done` (the completed jobs: id, has_dependents): one
+ * call of `unblock_dependents` (migration 15) for the batch's jobs that have any, made once the
+ * statement holds them all. Its statements take snapshots of their own, newer than those locks,
+ * so they see every edge to the jobs — also one whose enqueue committed while this statement
+ * waited for a job's row lock, which this statement's own snapshot would miss (EvalPlanQual
+ * re-checks only the locked row). A batch without dependents makes no call (§7). The statement
+ * must read `unblocked` (a CTE that nothing reads is not run); `channel` is its NOTIFY channel
+ * parameter.
  */
-export const UNBLOCK = (s: string, done: string) => `dependents AS MATERIALIZED (
-        SELECT c.id FROM ${s}.jobs AS c
-        WHERE c.id IN (SELECT d.job_id FROM ${done} AS f
-                       CROSS JOIN LATERAL (SELECT e.job_id FROM ${s}.job_dependencies AS e
-                                           WHERE e.depends_on = f.id OFFSET 0) AS d
-                       WHERE f.has_dependents)
-        ORDER BY c.id FOR NO KEY UPDATE OF c
-      ), unblocked AS (
-        UPDATE ${s}.jobs AS c SET
-          deps_left = c.deps_left - k.n,
-          status = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN 'pending' ELSE c.status END,
-          run_after = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN greatest(c.run_after, now())
-                           ELSE c.run_after END,
-          updated_at = CASE WHEN c.status = 'waiting' AND c.deps_left = k.n THEN now() ELSE c.updated_at END
-        FROM (SELECT d.job_id, count(*)::int AS n FROM ${done} AS f
-              CROSS JOIN LATERAL (SELECT e.job_id FROM ${s}.job_dependencies AS e
-                                  WHERE e.depends_on = f.id OFFSET 0) AS d
-              WHERE f.has_dependents GROUP BY d.job_id) AS k
-        WHERE c.id = k.job_id AND (SELECT count(*) FROM dependents) >= 0
-        RETURNING c.status
+export const UNBLOCK = (s: string, done: string, channel: string) => `unblocked AS (
+        SELECT ${s}.unblock_dependents(array_agg(f.id), ${channel}::text) AS woken
+        FROM ${done} AS f WHERE f.has_dependents HAVING count(*) > 0
       )`;
+
+/**
+ * §10 a row a statement locked is the version its snapshot read (`alias`: its alias there):
+ * false when a transaction that committed after the snapshot changed it — the lock then
+ * re-checks the latest version (EvalPlanQual), against tables still read as of the snapshot.
+ * The commit of a dependent marks its dependencies in a new version (migration 15), so a
+ * statement that decides from `job_dependencies` whether a job is needed keeps one it sees
+ * changed. Read only for jobs with dependents (the others are never marked unseen).
+ */
+export const UNCHANGED_SINCE_SNAPSHOT = (s: string, alias: string) =>
+  `(NOT ${alias}.has_dependents OR ${alias}.xmin = (SELECT v.xmin FROM ${s}.jobs AS v WHERE v.id = ${alias}.id))`;
 
 /** Active statuses, as SQL: the dedupe index covers exactly these (§1.7). */
 export const ACTIVE = `status IN ('pending', 'running')`;

@@ -104,7 +104,7 @@ export function leaseSql(s: string) {
       WITH expired AS MATERIALIZED (
         SELECT id, pending_key, attempts, max_attempts, cancel_requested_at FROM ${jobs}
         WHERE status = 'running' AND lease_until < now()
-        FOR UPDATE SKIP LOCKED
+        FOR NO KEY UPDATE SKIP LOCKED -- §10 not skipped for an enqueue's FOR KEY SHARE (migration 15)
       ), ${HOLDER(
         s,
         '(SELECT * FROM expired WHERE attempts < max_attempts AND cancel_requested_at IS NULL)',

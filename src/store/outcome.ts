@@ -25,8 +25,8 @@ export function outcomeSql(s: string) {
      * §1.2/§1.3 running → done, only under the lease (all four fields). §1.9/§8 a job of a key of
      * scope 'pending' wakes workers: the key's queued job may start now. $5 result, $6 channel.
      * No void column (pg_notify's is cast to text): it may run on an ORM's client, which may not
-     * read one (Prisma, skiplock/adapters). §10 unblocks its dependents in the same statement
-     * (see UNBLOCK).
+     * read one (Prisma, skiplock/adapters). §10 unblocks its dependents in its transaction, after
+     * the job's lock (see UNBLOCK).
      */
     complete: `
       WITH done AS (
@@ -34,9 +34,9 @@ export function outcomeSql(s: string) {
                            updated_at = now()
         WHERE ${LEASE_GUARD}
         RETURNING id, pending_key, has_dependents
-      ), ${UNBLOCK(s, 'done')}
-      SELECT id, CASE WHEN pending_key IS NOT NULL OR EXISTS (SELECT 1 FROM unblocked WHERE status = 'pending')
-                      THEN pg_notify($6, 'jobs')::text END AS notified
+      ), ${UNBLOCK(s, 'done', '$6')}
+      SELECT id, CASE WHEN pending_key IS NOT NULL THEN pg_notify($6, 'jobs')::text END AS notified,
+             (SELECT count(*) FROM unblocked)::int AS unblocked
       FROM done`,
 
     /**
@@ -47,8 +47,11 @@ export function outcomeSql(s: string) {
     completeDelete: `
       WITH done AS (
         -- §10 a job with dependents is kept (their ctx.dependencies() reads its result): the
-        -- caller completes it with complete instead
-        DELETE FROM ${jobs} WHERE ${LEASE_GUARD} AND NOT has_dependents
+        -- caller completes it with complete instead. Marked when an enqueue of another
+        -- transaction adds one (its lock makes this wait, and the re-check reads the mark); an
+        -- edge added in this same transaction (ctx.transaction, a caller's client) is read here
+        DELETE FROM ${jobs} AS j WHERE ${LEASE_GUARD} AND NOT has_dependents
+          AND NOT EXISTS (SELECT 1 FROM ${s}.job_dependencies AS d WHERE d.depends_on = j.id)
         RETURNING id, pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
@@ -80,8 +83,9 @@ export function outcomeSql(s: string) {
      * that no longer owns its job completes nothing. Returns the (id, token) of each lease that
      * completed, so a stale and a live lease of one job get their own answers. Rows are found by
      * primary key (see OPAQUE_RUNNING). §8 wakes workers as complete does (one NOTIFY per
-     * transaction: PostgreSQL folds repeats). §10 unblocks the batch's dependents in the same
-     * statement, locked in id order, one counter update per dependent (see UNBLOCK).
+     * transaction: PostgreSQL folds repeats). §10 unblocks the batch's dependents in its
+     * transaction once it holds the batch's jobs: locked in id order, one counter update per
+     * dependent (see UNBLOCK).
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 results (JSON text), $6 channel.
      */
     completeMany: `
@@ -93,12 +97,12 @@ export function outcomeSql(s: string) {
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
           AND j.claims = c.token
         RETURNING j.id, c.token, j.pending_key, j.has_dependents
-      ), ${UNBLOCK(s, 'done')}, notified AS (
-        SELECT pg_notify($6, 'jobs')
-        FROM (SELECT 1 FROM done WHERE pending_key IS NOT NULL
-              UNION ALL SELECT 1 FROM unblocked WHERE status = 'pending' LIMIT 1) AS any_woken
+      ), ${UNBLOCK(s, 'done', '$6')}, notified AS (
+        SELECT pg_notify($6, 'jobs') FROM (SELECT 1 FROM done WHERE pending_key IS NOT NULL LIMIT 1) AS any_keyed
       )
-      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified FROM done`,
+      SELECT id::text AS id, token::text AS token, (SELECT count(*) FROM notified) AS notified,
+             (SELECT count(*) FROM unblocked)::int AS unblocked
+      FROM done`,
 
     /**
      * §1.2/§1.3 running → pending (retry at now() + $5 ms, §1.4) or dead when attempts are
@@ -301,9 +305,7 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       this.channel,
       permanent,
     ]);
-    const status = rows[0]?.status ?? null;
-    // §10 a retry of a job whose dependency was requeued meanwhile waits for it again
-    return (status as string) === 'waiting' ? 'pending' : status;
+    return rows[0]?.status ?? null;
   }
 
   async cancelRunning(db: Executor, lease: Lease, note: string): Promise<boolean> {

@@ -18,6 +18,22 @@ import { REPO_ROOT } from '../support/spawn.js';
 
 const db = useTestDatabase();
 
+/** A new schema `name` (quoted, returned) built by the migrations up to `version`, as that version left it. */
+async function schemaAt(name: string, version: number): Promise<string> {
+  const s = quoteIdent(name);
+  await db.sql(`CREATE SCHEMA ${s}`);
+  await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const migration of MIGRATIONS.filter((m) => m.version <= version)) {
+    await db.sql(migration.sql(s));
+    await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
+      migration.version,
+      migration.name,
+    ]);
+  }
+  return s;
+}
+
 describe('migrations', () => {
   test('five processes migrating one new schema at once all succeed; it is applied once', async () => {
     const schema = 'concurrent_migrate';
@@ -127,18 +143,7 @@ describe('migrations', () => {
     await expect(queue.migrate()).rejects.toMatchObject({ code: 'ERR_MIGRATION' });
   });
   test('migration 3 on a populated version-2 schema: instant, old rows read as before, new claims get tokens', async () => {
-    const schema = 'from_v2';
-    const s = quoteIdent(schema);
-    await db.sql(`CREATE SCHEMA ${s}`);
-    await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-                  applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const migration of MIGRATIONS.filter((m) => m.version <= 2)) {
-      await db.sql(migration.sql(s));
-      await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
-        migration.version,
-        migration.name,
-      ]);
-    }
+    const s = await schemaAt('from_v2', 2);
     // What version 2 left behind: worker_id kept on a finished job and on a pending retry.
     const [done] = await db.sql<{ id: string }>(
       `INSERT INTO ${s}.jobs (task, status, attempts, worker_id, result) VALUES ('v2.done', 'done', 1, 'old-worker', '1')
@@ -148,7 +153,7 @@ describe('migrations', () => {
       `INSERT INTO ${s}.jobs (task, status, attempts, worker_id, max_attempts) VALUES ('v2.retry', 'pending', 1, 'old-worker', 3)
        RETURNING id::text AS id`,
     );
-    const queue = db.queue({ schema });
+    const queue = db.queue({ schema: 'from_v2' });
     expect((await queue.migrate()).applied).toEqual(
       MIGRATIONS.filter((m) => m.version > 2).map((m) => m.version),
     );
@@ -174,17 +179,7 @@ describe('migrations', () => {
 
   test('migration 14 on a populated version-13 schema: old jobs unchanged and claimable, a running one completes, and flows work', async () => {
     const schema = 'from_v13';
-    const s = quoteIdent(schema);
-    await db.sql(`CREATE SCHEMA ${s}`);
-    await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-                  applied_at timestamptz NOT NULL DEFAULT now())`);
-    for (const migration of MIGRATIONS.filter((m) => m.version <= 13)) {
-      await db.sql(migration.sql(s));
-      await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
-        migration.version,
-        migration.name,
-      ]);
-    }
+    const s = await schemaAt(schema, 13);
     // what version 13 holds: a pending job, and one running under a lease (the package of that
     // version cannot be run here: it is written as its statements would)
     const [{ id: pending }] = (await db.sql<{ id: string }>(
@@ -201,7 +196,9 @@ describe('migrations', () => {
       /jobs_status_check/,
     );
     const queue = db.queue({ schema });
-    expect((await queue.migrate()).applied).toEqual([14]);
+    expect((await queue.migrate()).applied).toEqual(
+      MIGRATIONS.filter((m) => m.version > 13).map((m) => m.version),
+    );
     expect(await queue.get(pending)).toMatchObject({
       status: 'pending',
       payload: { n: 1 },
@@ -223,5 +220,31 @@ describe('migrations', () => {
     await expect(db.sql(`UPDATE ${s}.jobs SET status = 'bogus' WHERE id = $1`, [child])).rejects.toThrow(
       /jobs_status_check/,
     );
+  });
+  test('migration 15 on a populated version-14 schema: a dependent written by version 14 is unblocked by a completion, and new dependents are decided at commit', async () => {
+    const schema = 'from_v14';
+    const s = await schemaAt(schema, 14);
+    // what version 14 wrote: a running parent marked as having dependents, and its waiting child
+    // with an exact counter
+    const [{ id: parent }] = (await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, status, attempts, claims, worker_id, lease_until, run_started_at, has_dependents)
+       VALUES ('v14.parent', 'running', 1, 1, 'old-worker', now() + interval '1 minute', now(), true)
+       RETURNING id::text AS id`,
+    )) as [{ id: string }];
+    const [{ id: child }] = (await db.sql<{ id: string }>(
+      `INSERT INTO ${s}.jobs (task, status, deps_left, deps_total) VALUES ('v14.child', 'waiting', 1, 1)
+       RETURNING id::text AS id`,
+    )) as [{ id: string }];
+    await db.sql(`INSERT INTO ${s}.job_dependencies (job_id, depends_on) VALUES ($1, $2)`, [child, parent]);
+    const queue = db.queue({ schema });
+    expect((await queue.migrate()).applied).toEqual([15]);
+    expect((await queue.get(child))?.status).toBe('waiting');
+    // a dependent written by this version while the parent runs
+    const { id: later } = await queue.enqueue('v15.child', null, { dependsOn: [parent] });
+    expect((await queue.get(later))?.status).toBe('waiting');
+    const lease = { id: parent, workerId: 'old-worker', attempt: 1, token: '1' };
+    expect(await queue.complete(lease, 'done after the migration')).toBe(true);
+    expect((await queue.get(child))?.status).toBe('pending');
+    expect((await queue.get(later))?.status).toBe('pending');
   });
 });

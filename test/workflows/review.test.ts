@@ -121,11 +121,11 @@ describe('lock order between completions and enqueue with dependsOn', () => {
 });
 
 describe("enqueue with dependsOn in a caller's transaction", () => {
-  // KNOWN LIMITATION, not fixed (docs/workflows.md, Limits): the enqueue locks its dependencies
-  // until the caller's transaction ends, and their completion waits for that lock — past the
-  // statement timeout it fails (57014). \`test.fails\` keeps the reproduction: it turns red the
-  // day the completion no longer waits (then make it a plain test).
-  test.fails("the dependency's completion does not wait for the caller's transaction to end", async () => {
+  // Was a known limitation, kept as test.fails until migration 15: the enqueue locked its
+  // dependencies until the caller's transaction ended, and their completion waited for that lock —
+  // past the statement timeout it failed (57014). The enqueue now holds FOR KEY SHARE only (no
+  // transition waits for it) and decides its counter at the commit.
+  test("the dependency's completion does not wait for the caller's transaction to end", async () => {
     const producer = db.queue({ poolSize: 3 });
     // the worker's queue: a short statement timeout stands for the default 30 s
     const worker = db.queue({ poolSize: 3, statementTimeoutMs: 1_500 });
