@@ -85,8 +85,8 @@ const ACTIONS: readonly (readonly [Action, number, number])[] = [
   ['spawner', 6, 2],
   ['parent', 5, 2],
   ['throttle', 8, 0.4],
-  ['debounce', 8, 0.3],
-  ['one-queued', 6, 0.7],
+  ['debounce', 6, 0.8],
+  ['one-queued', 5, 1.2],
 ];
 const meanPerTick =
   ACTIONS.reduce((sum, [, weight, jobs]) => sum + weight * jobs, 0) /
@@ -147,17 +147,27 @@ async function act(action: Action): Promise<void> {
       await enqueueOne(throttleSpec(rng, newRef()), false, 'throttle');
       return;
     case 'debounce': {
+      // A burst of 2–3 calls on one key, 0.1–0.5 s apart: later ones replace the waiting holder.
       const key = `${DEDUPE.debounce.prefix}${rng.int(0, DEDUPE.debounce.keys - 1)}`;
-      // Increasing across the producer's restarts too (a new process starts past the old one's).
-      const seq = Math.max((debounceSeq.get(key) ?? 0) + 1, Date.now());
-      debounceSeq.set(key, seq);
-      const id = await enqueueOne(debounceSpec(rng, newRef(), key, seq), false, 'debounce');
-      if (id && rng.chance(0.2)) waitOn(id);
+      for (let n = rng.int(2, 3); n > 0; n--) {
+        // Increasing across the producer's restarts too (a new process starts past the old one's).
+        const seq = Math.max((debounceSeq.get(key) ?? 0) + 1, Date.now());
+        debounceSeq.set(key, seq);
+        const id = await enqueueOne(debounceSpec(rng, newRef(), key, seq), false, 'debounce');
+        if (id && rng.chance(0.1)) waitOn(id);
+        if (n > 1) await work(rng.int(100, 500));
+      }
       return;
     }
-    case 'one-queued':
-      await enqueueOne(oneQueuedSpec(rng, newRef()), false, 'pending');
+    case 'one-queued': {
+      // A burst of 2–4 calls on one key, 0–0.4 s apart: one queued behind one running, the rest hits.
+      const key = `${DEDUPE.pending.prefix}${rng.int(0, DEDUPE.pending.keys - 1)}`;
+      for (let n = rng.int(2, 4); n > 0; n--) {
+        await enqueueOne(oneQueuedSpec(rng, newRef(), key), false, 'pending');
+        if (n > 1) await work(rng.int(0, 400));
+      }
       return;
+    }
   }
 }
 

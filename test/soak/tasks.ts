@@ -128,9 +128,10 @@ export function soakTasks(recorder: RunRecorder, spawnQueue: Queue): TaskMap {
       const signal = payload.respectSignal ? ctx.signal : undefined;
       try {
         if (payload.deps) run.deps(Object.values(await ctx.dependencies()));
-        // Never awaited: the follow-up's transaction may still hold this job's row when the
-        // handler returns, and the completion waits for it (the race of "a dependent added to a
-        // running job"). It records its own outcome and never rejects.
+        // Never awaited: the follow-up's transaction may still be open when the handler returns,
+        // so the completion races its commit (the race of "a dependent added to a running job";
+        // before migration 15 the completion waited for its lock and missed the new edge). It
+        // records its own outcome and never rejects.
         if (payload.spawn) void spawnFollowUp(spawnQueue, rng, run, ctx.job.id, payload);
         await work(ctx.job.attempt === 1 ? payload.firstMs : payload.ms, signal);
         if (ctx.job.attempt <= payload.failAttempts) {

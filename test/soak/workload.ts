@@ -219,8 +219,9 @@ export function spawnerSpec(rng: Rng, ref: string): JobSpec {
       ms: rng.int(0, 200),
       spawn: rng.chance(0.5) ? 'client' : 'own',
       holdMs: rng.int(100, 600),
-      // ctx.transaction waits for the job's row at its lease check, so its completion reads the
-      // new edge; a plain return is completed by the worker's own statement (batched or not).
+      // Both ways of completing: ctx.transaction (which locks the job's row at its lease check,
+      // before its completing statement) and a plain return, completed by the worker's own
+      // statement, batched or not — the one that missed a new edge before migration 15.
       finish: rng.chance(0.6) ? 'return' : 'tx',
     },
     ...options,
@@ -270,14 +271,18 @@ export function debounceSpec(rng: Rng, ref: string, key: string, seq: number): J
 }
 
 /** One queued and one running per key: work long enough for a second one to queue behind it. */
-export function oneQueuedSpec(rng: Rng, ref: string): JobSpec {
+export function oneQueuedSpec(
+  rng: Rng,
+  ref: string,
+  key = `${DEDUPE.pending.prefix}${rng.int(0, DEDUPE.pending.keys - 1)}`,
+): JobSpec {
   const { payload, options } = payloadOf(rng, 'tx', ref);
   const ms = rng.int(200, 2_000);
   return {
     task: TASK,
     payload: { ...payload, kind: 'one-queued', firstMs: ms, ms },
     ...options,
-    dedupeKey: `${DEDUPE.pending.prefix}${rng.int(0, DEDUPE.pending.keys - 1)}`,
+    dedupeKey: key,
     dedupe: { scope: 'pending' },
   };
 }
