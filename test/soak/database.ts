@@ -13,7 +13,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 import { Queue } from '../../src/index.js';
-import { LEDGER_TABLE } from './tasks.js';
+import { LIMITED, SCHEDULE } from './features.js';
+import { LEDGER_TABLE, REQUEUED_TABLE } from './tasks.js';
+import { scheduleOptions } from './workload.js';
 
 export type StopMode = 'fast' | 'immediate';
 
@@ -73,23 +75,46 @@ export class SoakDatabase {
     this.up = false;
   }
 
-  /** Migrates Skiplock's schema and creates the soak's ledger table. */
-  async setup(): Promise<void> {
+  /**
+   * Migrates Skiplock's schema, creates the soak's own tables (the ledger, the requeue marks and
+   * the database's own record of every job's status changes, see {@link HISTORY_SQL}), configures
+   * the limited queues and sets up the schedule. Returns the schedule's first tick (ms).
+   */
+  async setup(): Promise<number> {
     const queue = new Queue({ connectionString: this.url(this.port, 'soak-setup') });
     try {
       await queue.migrate();
+      await this.query(`CREATE SCHEMA IF NOT EXISTS soak`);
+      await this.query(
+        `CREATE TABLE IF NOT EXISTS ${LEDGER_TABLE} (
+           job_id  bigint PRIMARY KEY,   -- UNIQUE: a second completion of a job cannot commit
+           run_id  text NOT NULL,
+           attempt integer NOT NULL,
+           pid     integer NOT NULL,
+           at      timestamptz NOT NULL DEFAULT clock_timestamp())`,
+      );
+      await this.query(`CREATE TABLE IF NOT EXISTS ${REQUEUED_TABLE} (job_id bigint PRIMARY KEY)`);
+      for (const statement of HISTORY_SQL) await this.query(statement);
+      const { concurrency, rate, groups } = LIMITED;
+      await queue.configureQueue(concurrency.queue, { concurrency: concurrency.concurrency });
+      await queue.configureQueue(rate.queue, { rateLimit: { limit: rate.limit, periodMs: rate.periodMs } });
+      await queue.configureQueue(groups.queue, { groupConcurrency: groups.groupConcurrency });
+      const schedule = await queue.schedule(SCHEDULE.name, scheduleOptions());
+      if (!schedule.nextRunAt) throw new Error('the soak schedule has no next run');
+      return schedule.nextRunAt.getTime();
     } finally {
       await queue.close();
     }
-    await this.query(`CREATE SCHEMA IF NOT EXISTS soak`);
-    await this.query(
-      `CREATE TABLE IF NOT EXISTS ${LEDGER_TABLE} (
-         job_id  bigint PRIMARY KEY,   -- UNIQUE: a second completion of a job cannot commit
-         run_id  text NOT NULL,
-         attempt integer NOT NULL,
-         pid     integer NOT NULL,
-         at      timestamptz NOT NULL DEFAULT clock_timestamp())`,
-    );
+  }
+
+  /** Pauses the schedule (at the drain: its ticks from then on are not the run's). */
+  async pauseSchedule(): Promise<void> {
+    const queue = new Queue({ connectionString: this.url(this.port, 'soak-control') });
+    try {
+      await queue.pauseSchedule(SCHEDULE.name);
+    } finally {
+      await queue.close();
+    }
   }
 
   /** One statement on a fresh direct connection; with `retryForMs`, retried while the server is away. */
@@ -119,6 +144,57 @@ export class SoakDatabase {
     }
   }
 }
+
+/**
+ * The database's own view of every job, kept by triggers in the soak's schema (nothing in
+ * Skiplock's): each status change with its instant, each job's row as it was deleted (prune),
+ * each dependency edge ever written. The limit, dedupe and flow checks judge intervals from
+ * these — what the database believed was running — not from the handlers' stamps, which go on
+ * in a paused or cut-off process after its lease has ended.
+ *
+ * `at` is clock_timestamp() in an AFTER ROW trigger, which runs at the end of the statement,
+ * before its commit. So a claim that saw a job's end (after that end's commit) is stamped later
+ * than the end; a claim that did not see it counted the job as running. The intervals never show
+ * an overlap the database did not allow (and could hide one only in a race of microseconds).
+ */
+const HISTORY_SQL = [
+  `CREATE TABLE soak.transitions (
+     seq            bigserial PRIMARY KEY,
+     job_id         bigint NOT NULL,
+     old_status     text,            -- null: inserted
+     new_status     text,            -- null: deleted
+     at             timestamptz NOT NULL DEFAULT clock_timestamp(),
+     run_started_at timestamptz)`,
+  `CREATE TABLE soak.deleted (job_id bigint PRIMARY KEY, job jsonb NOT NULL)`,
+  `CREATE TABLE soak.edges (job_id bigint NOT NULL, depends_on bigint NOT NULL)`,
+  `CREATE FUNCTION soak.record_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     IF TG_OP = 'INSERT' THEN
+       INSERT INTO soak.transitions (job_id, old_status, new_status, run_started_at)
+       VALUES (NEW.id, NULL, NEW.status, NEW.run_started_at);
+     ELSIF TG_OP = 'UPDATE' THEN
+       INSERT INTO soak.transitions (job_id, old_status, new_status, run_started_at)
+       VALUES (NEW.id, OLD.status, NEW.status, NEW.run_started_at);
+     ELSE
+       INSERT INTO soak.transitions (job_id, old_status, new_status) VALUES (OLD.id, OLD.status, NULL);
+       INSERT INTO soak.deleted (job_id, job) VALUES (OLD.id, to_jsonb(OLD)) ON CONFLICT DO NOTHING;
+     END IF;
+     RETURN NULL;
+   END $$`,
+  `CREATE FUNCTION soak.record_edge() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     INSERT INTO soak.edges (job_id, depends_on) VALUES (NEW.job_id, NEW.depends_on);
+     RETURN NULL;
+   END $$`,
+  `CREATE TRIGGER soak_inserted AFTER INSERT ON skiplock.jobs
+     FOR EACH ROW EXECUTE FUNCTION soak.record_transition()`,
+  `CREATE TRIGGER soak_status AFTER UPDATE OF status ON skiplock.jobs
+     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status) EXECUTE FUNCTION soak.record_transition()`,
+  `CREATE TRIGGER soak_deleted AFTER DELETE ON skiplock.jobs
+     FOR EACH ROW EXECUTE FUNCTION soak.record_transition()`,
+  `CREATE TRIGGER soak_edge AFTER INSERT ON skiplock.job_dependencies
+     FOR EACH ROW EXECUTE FUNCTION soak.record_edge()`,
+];
 
 /**
  * Durable commits: not the embedded server's `fast` mode, whose `synchronous_commit=off` loses

@@ -116,6 +116,11 @@ export class Fleet {
     await proc.exited;
   }
 
+  /** Any other signal (the producer's SIGUSR2: stop the load). */
+  signal(proc: Proc, signal: NodeJS.Signals): void {
+    if (proc.exitedAt === null) proc.child.kill(signal);
+  }
+
   pause(proc: Proc): void {
     proc.child.kill('SIGSTOP');
   }

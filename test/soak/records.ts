@@ -26,6 +26,17 @@ export interface SoakPayload {
   holdMs: number;
   /** Attempts up to this number throw (a poison job: more than its maxAttempts). */
   failAttempts: number;
+  /** Debounced jobs: the producer's call number for this key (the verifier checks which one ran). */
+  seq?: number;
+  /** The job has dependencies: the handler reads ctx.dependencies() and records what it saw. */
+  deps?: boolean;
+  /**
+   * A spawner: once started, the handler enqueues a follow-up that depends on its own job, in a
+   * transaction of its own held open `holdMs` ('client'), or as a plain enqueue ('own').
+   */
+  spawn?: 'client' | 'own';
+  /** A cascade root: fails for good (PermanentError) until the producer has marked it for requeue. */
+  gate?: boolean;
 }
 
 /** Records written by a worker process (one handler run is one `run` id). */
@@ -44,6 +55,8 @@ export type WorkerRecord =
       attempt: number;
       token?: string;
       kind: string;
+      /** The payload's debounce call number, if any. */
+      seq?: number;
     }
   | { type: 'abort'; t: number; run: string; reason: string }
   | { type: 'effect'; t: number; run: string; job: string }
@@ -58,20 +71,67 @@ export type WorkerRecord =
       aborted: boolean;
       error?: string;
     }
-  | { type: 'event'; t: number; event: string; job?: string; attempt?: number; detail?: string };
+  | { type: 'event'; t: number; event: string; job?: string; attempt?: number; detail?: string }
+  /** What ctx.dependencies() returned to a run: id and status of each entry. */
+  | { type: 'deps'; t: number; run: string; job: string; deps: { id: string; status: string }[] }
+  /** A follow-up a spawner enqueued with `dependsOn: [its own job]`. */
+  | {
+      type: 'spawn';
+      t: number;
+      run: string;
+      job: string;
+      via: 'client' | 'own';
+      result?: { id: string; created: boolean };
+      error?: string;
+    };
 
 /** Records written by the producer process. */
 export type ProducerRecord =
-  | { type: 'life'; t: number; what: 'started' | 'stopped' }
+  | { type: 'life'; t: number; what: 'started' | 'load-stopped' | 'stopped' }
   | {
       type: 'enqueue';
       t: number;
       many: boolean;
       refs: string[];
-      results?: { id: string; created: boolean }[];
+      results?: { id: string; created: boolean; replaced?: boolean }[];
+      error?: string;
+      /** A call with a dedupe mode: the mode, its key, and for debounce its call number (the payload's `seq`). */
+      dedupe?: { mode: 'throttle' | 'debounce' | 'pending'; key: string; seq?: number };
+    }
+  | { type: 'cancel'; t: number; id: string; ok?: boolean; error?: string }
+  /** An enqueueFlow call: its shape, the soak refs of its nodes by flow ref, and what it returned. */
+  | {
+      type: 'flow';
+      t: number;
+      shape: string;
+      refs: string[];
+      result?: { flowId: string; jobs: Record<string, string> };
       error?: string;
     }
-  | { type: 'cancel'; t: number; id: string; ok?: boolean; error?: string };
+  /** A dependent the producer added to a (probably running) job, in its own transaction or in one held open. */
+  | {
+      type: 'follow';
+      t: number;
+      parent: string;
+      via: 'client' | 'own';
+      ref: string;
+      result?: { id: string; created: boolean };
+      error?: string;
+    }
+  | { type: 'requeue'; t: number; id: string; ok?: boolean; error?: string }
+  | { type: 'wait'; t: number; id: string }
+  /** waitFor settled: with the job as it resolved, or with an error (`abandoned` at shutdown). */
+  | {
+      type: 'waited';
+      t: number;
+      id: string;
+      status?: string;
+      resultRun?: string | null;
+      error?: string;
+      abandoned?: boolean;
+    }
+  | { type: 'schedule'; t: number; nextRunAt?: number; error?: string }
+  | { type: 'prune'; t: number; deleted?: number; error?: string };
 
 /** Appends records to one file. */
 export class RecordWriter<R> {

@@ -27,8 +27,9 @@ export function textReport(info: RunInfo, verdict: Verdict): string {
   lines.push('', `== skiplock soak: ${verdict.failed ? 'FAILED' : 'passed'} ==`, paramsLine(info), '');
   const width = Math.max(...verdict.figures.map((f) => f.label.length));
   for (const f of verdict.figures) {
+    if (f.section) lines.push('', `  ${f.section}:`);
     const mark = f.mustBeZero ? (f.value === 0 ? '  ok (must be 0)' : '  FAIL (must be 0)') : '';
-    lines.push(`  ${f.label.padEnd(width)}  ${String(f.value).padStart(10)}${mark}`);
+    lines.push(`  ${f.label.padEnd(width)}  ${String(f.value).padStart(12)}${mark}`);
   }
   lines.push('', '  recovery per fault type (ms):');
   lines.push(
@@ -63,8 +64,9 @@ export function markdownReport(info: RunInfo, verdict: Verdict, faults: Fault[])
   md.push(`${paramsLine(info)}`, '');
   md.push('| figure | value | must be |', '|---|---:|---|');
   for (const f of verdict.figures) {
+    if (f.section) md.push(`| ***${f.section}*** | | |`);
     const must = f.mustBeZero ? (f.value === 0 ? '0 ✔' : '0 ✘') : '';
-    md.push(`| ${f.label.trim()} | ${f.value} | ${must} |`);
+    md.push(`| ${escapeCell(f.label.trim())} | ${f.value} | ${must} |`);
   }
   md.push('', '## Faults and recovery', '');
   md.push(

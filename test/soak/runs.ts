@@ -27,6 +27,12 @@ export interface RunInfo {
   events: { event: string; t: number }[];
   effect: boolean;
   ledgerRefused: boolean;
+  /** A debounced job's call number, as the handler got it. */
+  seq: number | null;
+  /** What ctx.dependencies() returned, and when (jobs with dependencies). */
+  deps: { t: number; entries: { id: string; status: string }[] } | null;
+  /** Follow-ups this run enqueued (spawners). */
+  spawned: { id: string; created: boolean }[];
 }
 
 /** Every run, by id. */
@@ -80,6 +86,9 @@ function newRun(proc: Proc, r: Extract<WorkerRecord, { type: 'start' }>): RunInf
     events: [],
     effect: false,
     ledgerRefused: false,
+    seq: r.seq ?? null,
+    deps: null,
+    spawned: [],
   };
 }
 
@@ -87,6 +96,15 @@ function apply(run: RunInfo, r: Exclude<WorkerRecord, { type: 'start' | 'event' 
   if (r.type === 'abort') {
     run.abortedAt = r.t;
     run.abortReason = r.reason;
+    return;
+  }
+  // Neither is a new act of the handler: a read at its start, and the outcome of a write begun then.
+  if (r.type === 'deps') {
+    run.deps = { t: r.t, entries: r.deps };
+    return;
+  }
+  if (r.type === 'spawn') {
+    if (r.result) run.spawned.push(r.result);
     return;
   }
   run.acts.push({ type: r.type, t: r.t });

@@ -11,14 +11,18 @@ import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SoakDatabase } from './database.js';
 import { type Fault, FaultInjector } from './faults.js';
+import { SCHEDULE } from './features.js';
 import { crashCause, describeExit, Fleet, type Proc } from './fleet.js';
+import type { Edge } from './flow-checks.js';
+import type { Transition } from './history.js';
 import type { SoakOptions } from './options.js';
 import type { ProducerProcessConfig } from './producer-process.js';
 import { TcpProxy } from './proxy.js';
-import { readRecords, type WorkerRecord } from './records.js';
+import { type ProducerRecord, readRecords, type WorkerRecord } from './records.js';
 import { markdownReport, type RunInfo, textReport } from './report.js';
 import { Rng } from './rng.js';
 import { cleanStaleRuns, createRunDir, removeRunDir } from './run-dir.js';
+import type { ScheduleWindow } from './schedule-checks.js';
 import { type JobRow, type LedgerRow, verify } from './verify.js';
 import type { WorkerProcessConfig } from './worker-process.js';
 
@@ -41,6 +45,8 @@ export class SoakRun {
   private cleaning: Promise<void> | null = null;
   private readonly crashes = new Map<string, { count: number; at: number }>();
   private readonly rng: Rng;
+  /** The schedule's first tick (ms), from the setup. */
+  private firstTickMs = 0;
 
   constructor(
     private readonly opts: SoakOptions,
@@ -59,9 +65,10 @@ export class SoakRun {
     const status = setInterval(() => void this.statusLine(injector.faults.length), STATUS_EVERY_MS);
     await this.injectFaults(injector, startedAt.getTime() + this.opts.minutes * 60_000);
 
-    this.log('producers stop; draining');
+    this.log('the producer stops its load, the schedule pauses; draining');
     this.phase = 'draining';
-    for (const p of fleet.live('producer')) await fleet.terminate(p, 30_000);
+    await this.stopLoad(fleet);
+    await db.pauseSchedule();
     const drainStart = Date.now();
     const drained = await this.drain(db, Math.max(90_000, 12 * this.opts.leaseMs));
     const drainS = drained ? (Date.now() - drainStart) / 1000 : null;
@@ -69,6 +76,8 @@ export class SoakRun {
       drained ? `drained in ${drainS?.toFixed(1)} s` : 'drain timed out: jobs are still pending or running',
     );
     clearInterval(status);
+    // After the drain: the producer's waitFor calls have had every finish to see.
+    for (const p of fleet.live('producer')) await fleet.terminate(p, 30_000);
 
     this.phase = 'stopping';
     this.log('stopping the workers (SIGTERM)');
@@ -104,7 +113,7 @@ export class SoakRun {
     );
     const db = await SoakDatabase.start(path.join(this.runDir, 'pgdata'));
     this.db = db;
-    await db.setup();
+    this.firstTickMs = await db.setup();
     this.log(`PostgreSQL ${db.version} (embedded) on port ${db.port}`);
     this.proxy = new TcpProxy(() => db.port);
     for (let slot = 1; slot <= opts.workers; slot++) await this.proxy.addLane(`w${slot}`);
@@ -207,17 +216,30 @@ export class SoakRun {
     run: Pick<RunInfo, 'startedAt' | 'durationS' | 'drainS'>,
   ): Promise<number> {
     this.log('verifying');
-    const jobs = await db.query<JobRow>(
-      `SELECT id::text, status, payload->>'ref' AS ref, payload->>'kind' AS kind, result->>'run' AS result_run,
-              last_error, attempts, max_attempts, worker_id,
-              (extract(epoch FROM updated_at) * 1000)::float8 AS updated_ms,
-              (extract(epoch FROM lease_until) * 1000)::float8 AS lease_ms
-         FROM skiplock.jobs`,
+    const jobs = await db.query<JobRow>(JOBS_SQL, [], 30_000);
+    const ledger = await db.query<LedgerRow>('SELECT job_id::text, run_id FROM soak.ledger', [], 30_000);
+    const transitions = await db.query<Transition>(
+      `SELECT job_id::text AS job, old_status AS "from", new_status AS "to",
+              (extract(epoch FROM at) * 1000000)::float8 AS "atUs",
+              (extract(epoch FROM run_started_at) * 1000000)::float8 AS "startedUs"
+         FROM soak.transitions ORDER BY seq`,
       [],
       30_000,
     );
-    const ledger = await db.query<LedgerRow>('SELECT job_id::text, run_id FROM soak.ledger', [], 30_000);
-    const verdict = verify({ procs: fleet.procs, faults, jobs, ledger });
+    const edges = await db.query<Edge>(
+      'SELECT DISTINCT job_id::text, depends_on::text FROM soak.edges',
+      [],
+      30_000,
+    );
+    const next = await db.query<{ next_ms: number }>(
+      `SELECT (extract(epoch FROM next_run_at) * 1000)::float8 AS next_ms FROM skiplock.schedules WHERE name = $1`,
+      [SCHEDULE.name],
+      30_000,
+    );
+    const schedule: ScheduleWindow | null = next[0]
+      ? { firstTickMs: this.firstTickMs, nextRunAtMs: next[0].next_ms }
+      : null;
+    const verdict = verify({ procs: fleet.procs, faults, jobs, ledger, transitions, edges, schedule });
     const { opts } = this;
     const info: RunInfo = {
       ...run,
@@ -243,6 +265,17 @@ export class SoakRun {
       this.log(`report written to ${opts.report}`);
     }
     return verdict.failed ? 1 : 0;
+  }
+
+  /** SIGUSR2 to the producer: it stops its load, finishes what is in flight and says so. */
+  private async stopLoad(fleet: Fleet): Promise<void> {
+    const producers = fleet.live('producer');
+    for (const p of producers) fleet.signal(p, 'SIGUSR2');
+    const deadline = Date.now() + 30_000;
+    const stopped = (p: Proc) =>
+      p.exitedAt !== null ||
+      readRecords<ProducerRecord>(p.recordsFile).some((r) => r.type === 'life' && r.what === 'load-stopped');
+    while (!producers.every(stopped) && Date.now() < deadline) await sleep(100);
   }
 
   /** Waits until each worker has recorded its start (or ended). */
@@ -294,6 +327,21 @@ export class SoakRun {
     }
   }
 }
+
+/** Every job the run wrote: the table's rows, and the rows prune deleted as they were then. */
+const JOB_COLUMNS = `id::text, status, payload->>'ref' AS ref, payload->>'kind' AS kind,
+       payload->>'finish' AS finish, result->>'run' AS result_run,
+       last_error, attempts, max_attempts, worker_id, queue, group_key, dedupe_key, pending_key,
+       run_on_dependency_failure AS run_on_failure,
+       (extract(epoch FROM created_at) * 1000000)::float8 AS created_us,
+       (extract(epoch FROM updated_at) * 1000)::float8 AS updated_ms,
+       (extract(epoch FROM lease_until) * 1000)::float8 AS lease_ms`;
+const JOBS_SQL = `
+  SELECT ${JOB_COLUMNS}, false AS deleted FROM skiplock.jobs
+  UNION ALL
+  SELECT ${JOB_COLUMNS}, true AS deleted
+    FROM soak.deleted AS d, jsonb_populate_record(NULL::skiplock.jobs, d.job) AS r
+   WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.id = d.job_id)`;
 
 /** Waits for a clean-up step, but never forever and never with an error. */
 async function bounded(step: Promise<void> | undefined, ms = 5_000): Promise<void> {

@@ -5,12 +5,21 @@
  * which, and whether the late one had been told to stop.
  */
 import type pg from 'pg';
-import type { ClaimedJob, JobContext, TaskMap } from '../../src/index.js';
+import {
+  type ClaimedJob,
+  type JobContext,
+  PermanentError,
+  type Queue,
+  type TaskMap,
+} from '../../src/index.js';
 import { abortReasonName, type RecordWriter, type SoakPayload, type WorkerRecord } from './records.js';
-import { TASK } from './workload.js';
+import { Rng } from './rng.js';
+import { followPayload, TASK } from './workload.js';
 
 /** The duplicate-completion detector: one row per job, written in the transaction that completes it. */
 export const LEDGER_TABLE = 'soak.ledger';
+/** Cascade roots the producer has decided to requeue: a root's handler succeeds once its id is here. */
+export const REQUEUED_TABLE = 'soak.requeued';
 
 /** Gives each handler run an id and writes its records. */
 export class RunRecorder {
@@ -21,7 +30,7 @@ export class RunRecorder {
     private readonly out: RecordWriter<WorkerRecord>,
   ) {}
 
-  begin(job: ClaimedJob, kind: string, signal: AbortSignal): Run {
+  begin(job: ClaimedJob, payload: SoakPayload, signal: AbortSignal): Run {
     const id = `${this.processName}:${job.id}:${job.attempt}:${++this.seq}`;
     const token = (job as { token?: unknown }).token;
     this.out.write({
@@ -30,14 +39,19 @@ export class RunRecorder {
       run: id,
       job: job.id,
       attempt: job.attempt,
-      kind,
+      kind: payload.kind,
       ...(typeof token === 'string' ? { token } : {}),
+      ...(payload.seq === undefined ? {} : { seq: payload.seq }),
     });
     const onAbort = () =>
       this.out.write({ type: 'abort', t: Date.now(), run: id, reason: abortReasonName(signal.reason) });
     if (signal.aborted) onAbort();
     else signal.addEventListener('abort', onAbort, { once: true });
     return new Run(id, job.id, signal, this.out);
+  }
+
+  get writer(): RecordWriter<WorkerRecord> {
+    return this.out;
   }
 }
 
@@ -52,6 +66,17 @@ export class Run {
 
   note(type: 'effect' | 'ledger' | 'ledger-refused'): void {
     this.out.write({ type, t: Date.now(), run: this.id, job: this.job });
+  }
+
+  deps(deps: { id: string; status: string }[]): void {
+    this.out.write({ type: 'deps', t: Date.now(), run: this.id, job: this.job, deps });
+  }
+
+  spawned(
+    via: 'client' | 'own',
+    outcome: { result?: { id: string; created: boolean }; error?: string },
+  ): void {
+    this.out.write({ type: 'spawn', t: Date.now(), run: this.id, job: this.job, via, ...outcome });
   }
 
   end(outcome: 'returned' | 'threw', error?: unknown): void {
@@ -91,13 +116,23 @@ export function work(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-/** The tasks module of a soak worker. */
-export function soakTasks(recorder: RunRecorder): TaskMap {
+/**
+ * The tasks module of a soak worker. `spawnQueue` (a Queue with a pool of its own) writes the
+ * follow-ups of spawners, so that their held transactions never take the worker's connections.
+ */
+export function soakTasks(recorder: RunRecorder, spawnQueue: Queue): TaskMap {
+  const rng = new Rng(process.pid);
   return {
     [TASK]: async (payload: SoakPayload, ctx: JobContext<SoakPayload>) => {
-      const run = recorder.begin(ctx.job, payload.kind, ctx.signal);
+      const run = recorder.begin(ctx.job, payload, ctx.signal);
       const signal = payload.respectSignal ? ctx.signal : undefined;
       try {
+        if (payload.deps) run.deps(Object.values(await ctx.dependencies()));
+        // Never awaited: the follow-up's transaction may still be open when the handler returns,
+        // so the completion races its commit (the race of "a dependent added to a running job";
+        // before migration 15 the completion waited for its lock and missed the new edge). It
+        // records its own outcome and never rejects.
+        if (payload.spawn) void spawnFollowUp(spawnQueue, rng, run, ctx.job.id, payload);
         await work(ctx.job.attempt === 1 ? payload.firstMs : payload.ms, signal);
         if (ctx.job.attempt <= payload.failAttempts) {
           throw new Error(`soak: planned failure of attempt ${ctx.job.attempt} [run ${run.id}]`);
@@ -105,8 +140,13 @@ export function soakTasks(recorder: RunRecorder): TaskMap {
         const result = { run: run.id };
         if (payload.finish === 'tx') {
           await ctx.transaction(async (client) => {
+            if (payload.gate && !(await gateOpen(client, ctx.job.id))) {
+              throw new PermanentError(
+                `soak: cascade root, fails until the producer requeues it [run ${run.id}]`,
+              );
+            }
             await insertLedger(client, run, ctx.job);
-            if (payload.holdMs > 0) await work(payload.holdMs, signal);
+            if (payload.holdMs > 0 && !payload.spawn) await work(payload.holdMs, signal);
             return result;
           });
         } else if (payload.finish === 'effect') {
@@ -120,6 +160,40 @@ export function soakTasks(recorder: RunRecorder): TaskMap {
       }
     },
   };
+}
+
+/**
+ * Enqueues a follow-up that depends on `parent` (this running job): inside a transaction of its
+ * own held open `holdMs` after the enqueue ('client'), or as a plain enqueue ('own'). Records the
+ * outcome; never throws (a failure is recorded, the handler goes on).
+ */
+async function spawnFollowUp(
+  queue: Queue,
+  rng: Rng,
+  run: Run,
+  parent: string,
+  payload: SoakPayload,
+): Promise<void> {
+  const via = payload.spawn ?? 'own';
+  const follow = followPayload(rng, `${payload.ref}/f${run.id}`);
+  try {
+    const result =
+      via === 'client'
+        ? await queue.transaction(async (client) => {
+            const r = await queue.enqueue(TASK, follow, { dependsOn: [parent], maxAttempts: 8, client });
+            await work(payload.holdMs);
+            return r;
+          })
+        : await queue.enqueue(TASK, follow, { dependsOn: [parent], maxAttempts: 8 });
+    run.spawned(via, { result: { id: result.id, created: result.created } });
+  } catch (error) {
+    run.spawned(via, { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
+  }
+}
+
+async function gateOpen(client: pg.PoolClient, job: string): Promise<boolean> {
+  const { rows } = await client.query(`SELECT 1 FROM ${REQUEUED_TABLE} WHERE job_id = $1`, [job]);
+  return rows.length > 0;
 }
 
 async function insertLedger(client: pg.PoolClient, run: Run, job: ClaimedJob): Promise<void> {

@@ -31,9 +31,11 @@ const out = new RecordWriter<WorkerRecord>(config.recordsFile);
 orphanGuard();
 
 const queue = new Queue({ connectionString: config.connectionString });
+// The spawners' follow-ups go through a pool of their own (tasks.ts).
+const spawnQueue = new Queue({ connectionString: config.connectionString });
 const worker = new Worker({
   queue,
-  tasks: soakTasks(new RunRecorder(config.name, out)),
+  tasks: soakTasks(new RunRecorder(config.name, out), spawnQueue),
   concurrency: config.concurrency,
   leaseMs: config.leaseMs,
   pollIntervalMs: config.pollIntervalMs,
@@ -53,6 +55,7 @@ try {
   out.write({ type: 'life', t: Date.now(), what: 'start-failed', detail: String(error) });
   process.stderr.write(`soak worker: start() failed: ${String(error)}\n`);
   await queue.close();
+  await spawnQueue.close();
   process.exitCode = 1;
 }
 
@@ -60,6 +63,7 @@ async function stop(): Promise<void> {
   await worker.stop({ timeoutMs: config.stopTimeoutMs });
   out.write({ type: 'life', t: Date.now(), what: 'stopped' });
   await queue.close();
+  await spawnQueue.close();
   out.write({ type: 'life', t: Date.now(), what: 'closed' });
 }
 
@@ -81,6 +85,23 @@ function recordEvents(w: Worker): void {
   }
   w.on('reaped', ({ ids }) =>
     out.write({ type: 'event', t: Date.now(), event: 'reaped', detail: ids.join(',') }),
+  );
+  w.on('schedule:fired', ({ tick, jobId }) =>
+    out.write({
+      type: 'event',
+      t: Date.now(),
+      event: 'schedule:fired',
+      job: jobId,
+      detail: tick.toISOString(),
+    }),
+  );
+  w.on('schedule:skipped', ({ tick, reason }) =>
+    out.write({
+      type: 'event',
+      t: Date.now(),
+      event: 'schedule:skipped',
+      detail: `${reason} ${tick.toISOString()}`,
+    }),
   );
   w.on('warning', ({ code }) => out.write({ type: 'event', t: Date.now(), event: 'warning', detail: code }));
   w.on('error', ({ error, during }) =>
