@@ -157,7 +157,8 @@ export const USAGE = `Usage: npm run bench -- [options]
   --write              with --quick: write docs/benchmarks.md and docs/benchmarks.svg anyway
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
-  --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
+  --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq,
+                       bullmq-pg)
   --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W-flow-fanout, W-flow-chain,
                        W-flow-insert, W-flow-scan, pgbench)
 

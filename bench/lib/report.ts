@@ -461,6 +461,7 @@ const PEER_COLOURS: Record<SystemName, string> = {
   'graphile-worker': '#4e79a7',
   'pg-boss': '#f28e2b',
   bullmq: '#e15759',
+  'bullmq-pg': '#b07aa1',
 };
 
 function xml(text: string): string {
@@ -509,7 +510,7 @@ export function renderSvg(config: Config, results: Results, subtitle: string): s
   ];
   // legend
   peers.forEach((peer, i) => {
-    const lx = left + i * 170;
+    const lx = left - 150 + i * 180;
     out.push(
       `<rect x="${lx}" y="60" width="12" height="12" fill="${PEER_COLOURS[peer]}"/>`,
       `<text x="${lx + 18}" y="70" fill="#2d3748">vs ${xml(DISPLAY_NAMES[peer])}</text>`,
