@@ -24,6 +24,7 @@ import {
   renderSvg,
   resultsTable,
   scanTable,
+  w3PartsTable,
 } from './lib/report.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
 import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
@@ -318,6 +319,8 @@ async function main(): Promise<number> {
 
   const table = resultsTable(config, results, info.skipped);
   if (table) process.stdout.write(`\n${table}\n`);
+  const parts = w3PartsTable(config, results);
+  if (parts) process.stdout.write(`\n${parts}\n`);
   const depth = depthTable(config, results);
   if (depth) process.stdout.write(`\n${depth}\n`);
   const flows = flowTable(config, results, info.skipped);

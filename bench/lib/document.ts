@@ -10,6 +10,7 @@ import {
   type Results,
   resultsTable,
   scanTable,
+  w3PartsTable,
 } from './report.js';
 
 export interface RunInfo {
@@ -122,6 +123,17 @@ export function markdown(info: RunInfo, results: Results): string {
   if (skippedLines.length) {
     out.push('');
     out.push(...skippedLines);
+  }
+  const parts = config.workloads.includes('W3') ? w3PartsTable(config, results) : null;
+  if (parts) {
+    out.push('');
+    out.push('## W3: where the wake-up time goes');
+    out.push('');
+    out.push(
+      "Per job of W3, from timestamps taken in the benchmark process, which runs W3's worker: the enqueue call, a trace of node-postgres (every statement's issue and result, every notification's arrival; the systems' code untouched, bench/lib/trace.ts), and the handler's start. A job's enqueue statement is the first its system issues after the call, its notification the first on the system's channel after that, its claim the statement whose rows carry its payload (bench/lib/w3-parts.ts). Segments overlap where the path forks: the notification may arrive before the enqueue's result does. Medians over the repetitions of each segment's p50 / p99.",
+    );
+    out.push('');
+    out.push(parts);
   }
   const depth = config.workloads.includes('W6') ? depthTable(config, results) : null;
   if (depth) {

@@ -3,6 +3,7 @@ import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
 import { type Config, FLOW_WORKLOADS, type WorkloadName } from './config.js';
 import { PGBENCH_MODES, type PgbenchMode } from './pgbench.js';
 import { fmt, median } from './util.js';
+import { W3_SEGMENTS } from './w3-parts.js';
 
 export interface Cell {
   /** metric → one value per repetition */
@@ -355,6 +356,28 @@ function systemsTable(config: Config, results: Results, skipped: Skipped, rowLis
   return mdTable(
     header,
     header.map((_, i) => (i < 2 ? 'left' : 'right')),
+    body,
+  );
+}
+
+/** W3's breakdown (lib/w3-parts.ts): p50 and p99 of each segment, per PostgreSQL system that has one. */
+export function w3PartsTable(config: Config, results: Results): string | null {
+  const cells = results.W3;
+  if (!cells) return null;
+  const systems = config.systems.filter((s) => cells[s]?.values.partsMatched?.length);
+  if (systems.length === 0) return null;
+  const v = (system: SystemName, metric: string) => {
+    const values = cells[system]?.values[metric] ?? [];
+    return values.length ? fmt(median(values)) : 'n/a';
+  };
+  const body = W3_SEGMENTS.map(([key, label]) => [
+    label,
+    ...systems.map((s) => `${v(s, `${key}P50`)} / ${v(s, `${key}P99`)}`),
+  ]);
+  body.push(['jobs with every timestamp found', ...systems.map((s) => v(s, 'partsMatched'))]);
+  return mdTable(
+    ['W3 breakdown, ms, p50 / p99 of each segment', ...systems.map((s) => DISPLAY_NAMES[s])],
+    ['left', ...systems.map(() => 'right' as const)],
     body,
   );
 }
