@@ -7,6 +7,7 @@ import {
   flowTable,
   type PgbenchResult,
   pgbenchTable,
+  profileTable,
   type Results,
   resultsTable,
   scanTable,
@@ -123,6 +124,18 @@ export function markdown(info: RunInfo, results: Results): string {
   if (skippedLines.length) {
     out.push('');
     out.push(...skippedLines);
+  }
+  const budgets = config.profile
+    ? (['W2', 'W2d'] as const).map((w) => profileTable(config, results, w)).filter((t) => t !== null)
+    : [];
+  if (budgets.length > 0) {
+    out.push('');
+    out.push('## Per-job budget (--profile)');
+    out.push('');
+    out.push(
+      'One worker process per system enqueues the W2 jobs itself, then drains them; per job of each phase: its Node CPU, GC and allocation, the CPU of the PostgreSQL backends serving it, and WAL. Columns explained in docs/performance.md ("The per-job budget"); per-statement figures (with `--pg embedded`) in profile.md beside this report.',
+    );
+    for (const table of budgets) out.push('', table);
   }
   const parts = config.workloads.includes('W3') ? w3PartsTable(config, results) : null;
   if (parts) {

@@ -11,6 +11,7 @@ import type { BenchEnv, BenchPayload, Consumer, Producer, SystemDriver } from '.
 import { WorkerChild } from './child-process.js';
 import type { Sizes } from './config.js';
 import { adminPool, ident } from './db.js';
+import type { StatementsSetup } from './statements.js';
 import { DriverTrace } from './trace.js';
 import { quantile, quietly, runConcurrently, sleep, waitFor, wallNow, withTimeout } from './util.js';
 import { traceSummary, W3_MATCHERS, w3Breakdown } from './w3-parts.js';
@@ -21,6 +22,8 @@ export interface RunContext {
   sizes: Sizes;
   env: BenchEnv;
   log(message: string): void;
+  /** `--profile` with pg_stat_statements (`--pg embedded`): the child's role and where its statements go. */
+  statements?: StatementsSetup;
 }
 
 export function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
