@@ -4,9 +4,10 @@
  * LOCKED, LISTEN/NOTIFY wake-up. Settings as its guide (docs.bullmq.io/guide/postgresql,
  * "Performance" and "Tuning tips") advises, where they apply to a benchmark:
  *   - the pool: node-postgres's default `max` (10) per Queue / Worker, plus the Worker's own
- *     LISTEN connection. The guide says to size the pool for the concurrency; 20 and 50 were no
- *     faster here at concurrency 100 (the database shares 2 cores with the worker), and W7 runs
- *     8 processes against a server with max_connections = 100;
+ *     LISTEN connection. The guide says to size the pool for the concurrency; 20 showed no clear
+ *     gain over 10 at concurrency 100 in alternating runs here (the drain is bound by the
+ *     database's CPU, ~1.4 ms per job, on 2 cores shared with the worker), and W7 runs 8
+ *     processes, each with its pool and LISTEN connection, against max_connections = 100;
  *   - `synchronous_commit` is the server's (on), as for every system here: the guide names
  *     turning it off as a durability trade-off, not a default;
  *   - `removeOnComplete: true` only in W2d (the guide's retention advice); W2 keeps completed
