@@ -1,6 +1,8 @@
 /**
  * A worker process of the benchmark (W2 drain + memory, W5 steady state, workflows). The runner forks it with
  * the same Node binary; it runs one system's consumer until told to stop, then reports:
+ *   → { type: 'waiting', enqueue? }               (hold, or profile) waits for 'go'
+ *   ← { type: 'go' }
  *   → { type: 'ready', startedAt, readyAt }       consumer running
  *   → { type: 'handled', at }                     (drain) the expected number of handlers ran
  *   ← { type: 'stop', windowStart?, windowEnd? }
@@ -8,6 +10,7 @@
  * It exits by itself when the runner goes away (IPC disconnect) or after its own time limit.
  */
 
+import { type GcFigures, GcMeter } from './lib/gc.js';
 import { reason, wallNow, withTimeout } from './lib/util.js';
 import { createDriver } from './systems/index.js';
 import type { BenchEnv, BenchPayload, Consumer, SystemName } from './systems/types.js';
@@ -30,6 +33,33 @@ export interface ChildSpec {
   handlerMs?: number;
   /** W9: at most this many running jobs per group (systems that set it on the consumer). */
   groupConcurrency?: number;
+  /**
+   * W2 --profile: the child first enqueues `jobs` jobs itself (batch API, `chunk` per call; the
+   * producer stays open, idle, until the end), sends 'waiting' with that phase's figures, and
+   * starts its consumer on 'go'; its result then carries {@link ChildProfile}.
+   */
+  profile?: { jobs: number; chunk: number };
+}
+
+/** One phase of a profiled child: Node CPU (process.cpuUsage), GC and allocation, wall time. */
+export interface PhaseFigures {
+  userUs: number;
+  systemUs: number;
+  wallMs: number;
+  gc: GcFigures;
+}
+
+export interface ChildProfile {
+  enqueue: PhaseFigures;
+  /** From 'go' until the runner's 'stop' (consumer start included). */
+  drain: PhaseFigures;
+  /** CPU of the consumer's start (its constructor and start(), until 'ready'), µs. */
+  startupCpuUs: number;
+  /** process.cpuUsage() at 'stop': the whole process (Node's own start and module loading included). */
+  processUserUs: number;
+  processSystemUs: number;
+  /** getrusage maxrss when the enqueue phase ended, bytes. */
+  maxRssAfterEnqueueBytes: number;
 }
 
 export interface ChildResult {
@@ -49,6 +79,7 @@ export interface ChildResult {
   sampledPeakRssBytes: number;
   errors: string[];
   stopMs: number;
+  profile?: ChildProfile;
 }
 
 function send(message: unknown): Promise<void> {
@@ -114,7 +145,31 @@ async function main(): Promise<void> {
     : {};
 
   const driver = createDriver(spec.system, spec.env);
-  if (spec.hold) {
+  let enqueueFigures: PhaseFigures | null = null;
+  let maxRssAfterEnqueue = 0;
+  const closeLater: (() => Promise<void>)[] = [];
+  if (spec.profile) {
+    const { jobs, chunk } = spec.profile;
+    const cpu0 = process.cpuUsage();
+    const wall0 = wallNow();
+    const gc = new GcMeter();
+    try {
+      const producer = await withTimeout(driver.producer(), 30_000, `${spec.system} producer start`);
+      closeLater.push(() => producer.close());
+      for (let from = 0; from < jobs; from += chunk) {
+        const count = Math.min(chunk, jobs - from);
+        await producer.enqueueBatch(Array.from({ length: count }, (_, k) => ({ i: from + k, t: 0 })));
+      }
+    } catch (error) {
+      await send({ type: 'error', message: `enqueue: ${reason(error)}` });
+      process.exit(1);
+    }
+    const gcFigures = gc.stop();
+    const cpu = process.cpuUsage(cpu0);
+    enqueueFigures = { userUs: cpu.user, systemUs: cpu.system, wallMs: wallNow() - wall0, gc: gcFigures };
+    maxRssAfterEnqueue = process.resourceUsage().maxRSS * 1024;
+  }
+  if (spec.hold || spec.profile) {
     const go = new Promise<void>((resolve) => {
       const onGo = (message: { type: string }) => {
         if (message.type !== 'go') return;
@@ -123,9 +178,13 @@ async function main(): Promise<void> {
       };
       process.on('message', onGo);
     });
-    await send({ type: 'waiting' });
+    await send({ type: 'waiting', ...(enqueueFigures ? { enqueue: enqueueFigures } : {}) });
     await go;
   }
+  const drainCpu0 = process.cpuUsage();
+  const drainWall0 = wallNow();
+  const drainGc = spec.profile ? new GcMeter() : null;
+  if (spec.profile) sampledPeak = process.memoryUsage.rss(); // the drain's own peak
   let consumer: Consumer;
   const startedAt = wallNow();
   try {
@@ -146,14 +205,30 @@ async function main(): Promise<void> {
     await send({ type: 'error', message: reason(error) });
     process.exit(1);
   }
+  const startupCpu = process.cpuUsage(drainCpu0);
   await send({ type: 'ready', startedAt, readyAt: wallNow() });
 
   process.on('message', (message: { type: string; windowStart?: number; windowEnd?: number }) => {
     if (message.type !== 'stop') return;
     void (async () => {
       const t0 = wallNow();
+      let profile: ChildProfile | undefined;
+      if (drainGc && enqueueFigures) {
+        const gc = drainGc.stop();
+        const cpu = process.cpuUsage(drainCpu0);
+        const whole = process.cpuUsage();
+        profile = {
+          enqueue: enqueueFigures,
+          drain: { userUs: cpu.user, systemUs: cpu.system, wallMs: t0 - drainWall0, gc },
+          startupCpuUs: startupCpu.user + startupCpu.system,
+          processUserUs: whole.user,
+          processSystemUs: whole.system,
+          maxRssAfterEnqueueBytes: maxRssAfterEnqueue,
+        };
+      }
       try {
         await withTimeout(consumer.stop(), 30_000, `${spec.system} consumer stop`);
+        for (const close of closeLater) await withTimeout(close(), 10_000, `${spec.system} producer close`);
         await withTimeout(driver.close(), 10_000, `${spec.system} driver close`);
       } catch (error) {
         onError(error);
@@ -176,6 +251,7 @@ async function main(): Promise<void> {
         errors,
         stopMs,
         ...(flow ? { starts: flowStarts, ends: flowEnds, acks: flowAcks } : {}),
+        ...(profile ? { profile } : {}),
       };
       await send(result);
       process.exit(0);

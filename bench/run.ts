@@ -10,21 +10,27 @@ import { performance } from 'node:perf_hooks';
 import { type Config, parseArgs, USAGE, UsageError, type WorkloadName } from './lib/config.js';
 import { closeAdminPools } from './lib/db.js';
 import { markdown, type RunInfo } from './lib/document.js';
+import { type BenchServer, startBenchServer, WORKER_ROLE } from './lib/embedded-server.js';
 import { wFlowChain, wFlowFanout, wFlowInsert, wFlowScan } from './lib/flows.js';
 import { loadAverage, machineInfo } from './lib/machine.js';
 import { REPO_DIR } from './lib/paths.js';
 import { findPgbench, PGBENCH_MODES, Pgbench } from './lib/pgbench.js';
+import { serverTimeUnavailable, w2Profile } from './lib/profile.js';
 import {
   type Cell,
   depthTable,
   flowTable,
   type PgbenchResult,
   pgbenchTable,
+  profileTable,
   type Results,
   renderSvg,
   resultsTable,
   scanTable,
+  statementsTable,
+  w3PartsTable,
 } from './lib/report.js';
+import type { StatementRow } from './lib/statements.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
 import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
@@ -52,6 +58,20 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   'W-flow-insert': wFlowInsert,
 };
 
+/** With --profile, W2 and W2d are run by the profiling variant (lib/profile.ts). */
+const PROFILE_RUNNERS: Partial<
+  Record<WorkloadName, (driver: SystemDriver, ctx: RunContext) => Promise<Metrics>>
+> = {
+  W2: w2Profile,
+  W2d: (driver, ctx) => w2Profile(driver, ctx, true),
+};
+
+/** The per-job figures of a profiled W2 run, for the progress log. */
+function profileHeadline(m: Metrics): string {
+  if (m.drainNodeUsPerJob === undefined) return '';
+  return `; per job: Node ${fmt(m.processNodeUsPerJob ?? Number.NaN)} µs (enqueue ${fmt(m.enqueueNodeUsPerJob ?? Number.NaN)}, drain ${fmt(m.drainNodeUsPerJob)}), database ${fmt(m.drainServerUsPerJob ?? Number.NaN)} µs in the drain, WAL ${fmt(m.drainWalPerJob ?? Number.NaN)} B, GC ${fmt(m.drainGcUsPerJob ?? Number.NaN)} µs, ${fmt(m.drainAllocBytesPerJob ?? Number.NaN)} B allocated`;
+}
+
 /** The one metric printed per run in the progress log. */
 function headline(workload: WorkloadName, m: Metrics): string {
   switch (workload) {
@@ -59,7 +79,7 @@ function headline(workload: WorkloadName, m: Metrics): string {
       return `p50 ${fmt(m.p50 ?? Number.NaN)} ms, p95 ${fmt(m.p95 ?? Number.NaN)} ms, p99 ${fmt(m.p99 ?? Number.NaN)} ms`;
     case 'W2':
     case 'W2d':
-      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (all handlers ran after ${fmt(m.handlersDoneMs ?? Number.NaN)} ms, all finished after ${fmt(m.drainMs ?? Number.NaN)} ms; worker start ${fmt(m.startupMs ?? Number.NaN)} ms), peak RSS ${fmt(m.rssMb ?? Number.NaN)} MB${m.extraRuns ? `, ${m.extraRuns} extra handler runs` : ''}`;
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (all handlers ran after ${fmt(m.handlersDoneMs ?? Number.NaN)} ms, all finished after ${fmt(m.drainMs ?? Number.NaN)} ms; worker start ${fmt(m.startupMs ?? Number.NaN)} ms), peak RSS ${fmt(m.rssMb ?? Number.NaN)} MB${m.extraRuns ? `, ${m.extraRuns} extra handler runs` : ''}${profileHeadline(m)}`;
     case 'W7':
       return Object.entries(m)
         .filter(([key]) => key.startsWith('p'))
@@ -110,7 +130,7 @@ async function runWorkloads(
   results: Results,
 ): Promise<void> {
   for (const workload of config.workloads) {
-    const run = RUNNERS[workload];
+    const run = (config.profile ? PROFILE_RUNNERS[workload] : undefined) ?? RUNNERS[workload];
     if (!run) continue;
     const byName: Partial<Record<SystemName, Cell>> = {};
     results[workload] = byName;
@@ -234,12 +254,35 @@ async function main(): Promise<number> {
   const limitMin = config.quick ? 10 : 240;
   setTimeout(() => {
     process.stderr.write(`bench: still running after ${limitMin} min: giving up\n`);
-    process.exit(1);
+    void (benchServer?.stop() ?? Promise.resolve()).finally(() => process.exit(1));
   }, limitMin * 60_000).unref();
+  if (config.embedded) {
+    log('starting an embedded PostgreSQL (--pg embedded)');
+    benchServer = await startBenchServer();
+    config.databaseUrl = benchServer.url;
+  }
+  try {
+    return await runBench(config);
+  } finally {
+    await closeAdminPools();
+    await benchServer?.stop().catch(() => {});
+  }
+}
+
+/** A server started for this run (--pg embedded), stopped at its end. */
+let benchServer: BenchServer | null = null;
+
+async function runBench(config: Config): Promise<number> {
   const startedAt = new Date();
   const loadStart = loadAverage();
   const env: BenchEnv = { databaseUrl: config.databaseUrl, redis: config.redis };
-  const ctx: RunContext = { sizes: config.sizes, env, log };
+  const statements = new Map<string, StatementRow[]>();
+  const ctx: RunContext = {
+    sizes: config.sizes,
+    env,
+    log,
+    ...(config.profile && config.embedded ? { statements: { role: WORKER_ROLE, sink: statements } } : {}),
+  };
   log(
     `Skiplock benchmark${config.quick ? ' (--quick smoke run)' : ''} on Node ${process.version}; load average ${loadStart}`,
   );
@@ -304,6 +347,14 @@ async function main(): Promise<number> {
 
   info.minutes = (performance.now() - t0) / 60_000;
   info.loadEnd = loadAverage();
+  if (config.profile) {
+    const why = await serverTimeUnavailable(config.databaseUrl).catch((error: unknown) => reason(error));
+    if (why) info.notes.push(`--profile: no PostgreSQL CPU per backend: ${why}.`);
+    if (!config.embedded)
+      info.notes.push(
+        '--profile: no per-statement figures (pg_stat_statements is not preloaded on this server; `--pg embedded` runs on a server that has it).',
+      );
+  }
   const busy = Number(loadStart.split(' / ')[0]) > machine.cores * 0.5;
   if (busy) {
     info.notes.push(
@@ -315,9 +366,23 @@ async function main(): Promise<number> {
   const subtitle = `${config.quick ? 'Smoke run (--quick), not a measurement' : `Medians of ${config.sizes.reps} runs`} · ${machine.cores} cores, ${machine.postgres} · ${startedAt.toISOString().slice(0, 10)}`;
   writeFileSync(join(dir, 'benchmarks.md'), markdown(info, results));
   writeFileSync(join(dir, 'benchmarks.svg'), renderSvg(config, results, subtitle));
+  const profile = config.profile ? profileReport(config, info, results, statements) : null;
+  if (profile) {
+    writeFileSync(join(dir, 'profile.md'), profile);
+    writeFileSync(
+      join(dir, 'profile.json'),
+      `${JSON.stringify({ W2: results.W2 ?? null, W2d: results.W2d ?? null, statements: Object.fromEntries(statements) }, null, 2)}\n`,
+    );
+  }
 
   const table = resultsTable(config, results, info.skipped);
   if (table) process.stdout.write(`\n${table}\n`);
+  for (const workload of ['W2', 'W2d'] as const) {
+    const budget = config.profile ? profileTable(config, results, workload) : null;
+    if (budget) process.stdout.write(`\n${budget}\n`);
+  }
+  const parts = w3PartsTable(config, results);
+  if (parts) process.stdout.write(`\n${parts}\n`);
   const depth = depthTable(config, results);
   if (depth) process.stdout.write(`\n${depth}\n`);
   const flows = flowTable(config, results, info.skipped);
@@ -330,7 +395,7 @@ async function main(): Promise<number> {
     process.stdout.write(`\nNOTE: ${DISPLAY_NAMES[name as SystemName]} skipped: ${why}\n`);
   }
   process.stdout.write(
-    `\nReport: ${join(dir, 'benchmarks.md')} and benchmarks.svg (${info.minutes.toFixed(1)} min)${config.write || config.outDir ? '' : '; docs/ left unchanged (--write to update it)'}\n`,
+    `\nReport: ${join(dir, 'benchmarks.md')}${profile ? ', profile.md, profile.json' : ''} and benchmarks.svg (${info.minutes.toFixed(1)} min)${config.write || config.outDir ? '' : '; docs/ left unchanged (--write to update it)'}\n`,
   );
 
   // The harness's own system must run every workload: a failure there fails the run.
@@ -344,6 +409,35 @@ async function main(): Promise<number> {
     return 1;
   }
   return 0;
+}
+
+/** profile.md: the per-job budget tables, then the statements of each system and phase. */
+function profileReport(
+  config: Config,
+  info: RunInfo,
+  results: Results,
+  statements: Map<string, StatementRow[]>,
+): string | null {
+  const tables = (['W2', 'W2d'] as const)
+    .map((workload) => profileTable(config, results, workload))
+    .filter((t): t is string => t !== null);
+  if (tables.length === 0) return null;
+  const out = [
+    '# Per-job budget (npm run bench -- --profile)',
+    '',
+    `Written by \`npm run bench -- ${config.argv.join(' ')}\` on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC; ${info.machine.postgres}, ${info.machine.cores} cores; load average ${info.loadStart} at the start, ${info.loadEnd} at the end. Medians over ${config.sizes.reps} repetition${config.sizes.reps === 1 ? '' : 's'}. The columns are explained in docs/performance.md ("The per-job budget").`,
+    ...info.notes.map((note) => `\n> ${note}`),
+  ];
+  for (const table of tables) out.push('', table);
+  for (const [key, rows] of statements) {
+    out.push(
+      '',
+      `## pg_stat_statements: ${key} (first repetition)`,
+      '',
+      statementsTable(rows, config.sizes.w2Jobs),
+    );
+  }
+  return `${out.join('\n')}\n`;
 }
 
 process.on('unhandledRejection', (error) => {

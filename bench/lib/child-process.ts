@@ -34,10 +34,15 @@ export class WorkerChild {
   }
 
   /**
-   * Forks a worker child and waits until its consumer runs — or, with `spec.hold`, until it waits
-   * for {@link WorkerChild.go} (then `ready` is its 'waiting' message).
+   * Forks a worker child and waits until its consumer runs — or, with `spec.hold` or
+   * `spec.profile`, until it waits for {@link WorkerChild.go} (then `ready` is its 'waiting'
+   * message). `onSpawn` gets the child's pid as soon as it is forked.
    */
-  static async start(spec: ChildSpec, timeoutMs = 60_000): Promise<{ child: WorkerChild; ready: Message }> {
+  static async start(
+    spec: ChildSpec,
+    timeoutMs = 60_000,
+    onSpawn?: (pid: number) => void,
+  ): Promise<{ child: WorkerChild; ready: Message }> {
     // BENCH_PROFILE_DIR=dir: each worker child writes a CPU profile there (for the report's misses).
     const profile = process.env.BENCH_PROFILE_DIR;
     const proc = fork(CHILD_PATH, [JSON.stringify(spec)], {
@@ -47,8 +52,9 @@ export class WorkerChild {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
     });
     const child = new WorkerChild(proc);
+    if (proc.pid !== undefined) onSpawn?.(proc.pid);
     try {
-      return { child, ready: await child.next(spec.hold ? 'waiting' : 'ready', timeoutMs) };
+      return { child, ready: await child.next(spec.hold || spec.profile ? 'waiting' : 'ready', timeoutMs) };
     } catch (error) {
       child.kill();
       throw error;

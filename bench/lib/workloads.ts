@@ -2,6 +2,8 @@
  * W1–W5 for any system (through its driver), W6 for Skiplock. Each function resets the system,
  * runs one repetition and closes every connection and worker it opened, even when it fails.
  */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Queue } from '../../src/index.js';
 import { SKIPLOCK_SCHEMA, SkiplockDriver } from '../systems/skiplock.js';
@@ -9,7 +11,10 @@ import type { BenchEnv, BenchPayload, Consumer, Producer, SystemDriver } from '.
 import { WorkerChild } from './child-process.js';
 import type { Sizes } from './config.js';
 import { adminPool, ident } from './db.js';
+import type { StatementsSetup } from './statements.js';
+import { DriverTrace } from './trace.js';
 import { quantile, quietly, runConcurrently, sleep, waitFor, wallNow, withTimeout } from './util.js';
+import { traceSummary, W3_MATCHERS, w3Breakdown } from './w3-parts.js';
 
 export type Metrics = Record<string, number>;
 
@@ -17,6 +22,8 @@ export interface RunContext {
   sizes: Sizes;
   env: BenchEnv;
   log(message: string): void;
+  /** `--profile` with pg_stat_statements (`--pg embedded`): the child's role and where its statements go. */
+  statements?: StatementsSetup;
 }
 
 export function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
@@ -131,12 +138,17 @@ export async function w2(driver: SystemDriver, ctx: RunContext, deleteCompleted 
   }
 }
 
-/** W3: an idle worker (in this process); jobs enqueued `w3IntervalMs` apart; enqueue call → handler start. */
+/**
+ * W3: an idle worker (in this process); jobs enqueued `w3IntervalMs` apart; enqueue call → handler
+ * start. For the PostgreSQL systems, the breakdown of that time (lib/w3-parts.ts) from a trace of
+ * the driver in this process; BENCH_TRACE_DUMP=dir writes each system's trace summary there.
+ */
 export async function w3(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
   const { w3Jobs, w3IntervalMs, w3Concurrency } = ctx.sizes;
   await withTimeout(driver.reset(), 120_000, 'reset');
   return using(async (defer) => {
     const called = new Float64Array(w3Jobs);
+    const resolved = new Float64Array(w3Jobs);
     const started = new Float64Array(w3Jobs);
     let handled = 0;
     let warmups = 0;
@@ -164,23 +176,36 @@ export async function w3(driver: SystemDriver, ctx: RunContext): Promise<Metrics
     await producer.enqueueOne({ i: -1, t: wallNow() });
     await waitFor(() => warmups > 0, 30_000, 'the warm-up job');
     await sleep(1_000);
+    const trace = W3_MATCHERS[driver.name] ? DriverTrace.start() : null;
+    defer(async () => trace?.stop());
     const calls: Promise<void>[] = [];
     const t0 = performance.now();
     for (let i = 0; i < w3Jobs; i++) {
       const wait = t0 + i * w3IntervalMs - performance.now();
       if (wait > 0) await sleep(wait);
       called[i] = performance.now();
-      calls.push(producer.enqueueOne({ i, t: wallNow() }));
+      calls.push(
+        producer.enqueueOne({ i, t: wallNow() }).then(() => {
+          resolved[i] = performance.now();
+        }),
+      );
     }
     await withTimeout(Promise.all(calls), 60_000, 'enqueue calls');
     await waitFor(() => handled === w3Jobs, 30_000, `handlers (${handled}/${w3Jobs} started)`);
+    trace?.stop();
     const latencies = Array.from(started, (at, i) => at - (called[i] as number));
+    const dump = process.env.BENCH_TRACE_DUMP;
+    if (trace && dump) {
+      mkdirSync(dump, { recursive: true });
+      writeFileSync(join(dump, `w3-${driver.name}.txt`), `${traceSummary(trace)}\n`);
+    }
     return {
       p50: quantile(latencies, 0.5),
       p95: quantile(latencies, 0.95),
       p99: quantile(latencies, 0.99),
       max: Math.max(...latencies),
       backgroundErrors: errors.length,
+      ...(trace ? w3Breakdown(driver.name, trace, called, resolved, started) : {}),
     };
   });
 }

@@ -1,4 +1,5 @@
 import { BullMQDriver } from './bullmq.js';
+import { BullMQPgDriver } from './bullmq-pg.js';
 import { GraphileWorkerDriver } from './graphile-worker.js';
 import { PgBossDriver } from './pg-boss.js';
 import { SkiplockDriver } from './skiplock.js';
@@ -14,5 +15,7 @@ export function createDriver(name: SystemName, env: BenchEnv): SystemDriver {
       return new PgBossDriver(env);
     case 'bullmq':
       return new BullMQDriver(env);
+    case 'bullmq-pg':
+      return new BullMQPgDriver(env);
   }
 }

@@ -3,7 +3,7 @@
  * the system's own public API, tuned with the settings listed in `settings`.
  */
 
-export const SYSTEM_NAMES = ['skiplock', 'graphile-worker', 'pg-boss', 'bullmq'] as const;
+export const SYSTEM_NAMES = ['skiplock', 'graphile-worker', 'pg-boss', 'bullmq', 'bullmq-pg'] as const;
 export type SystemName = (typeof SYSTEM_NAMES)[number];
 
 export const DISPLAY_NAMES: Record<SystemName, string> = {
@@ -11,6 +11,7 @@ export const DISPLAY_NAMES: Record<SystemName, string> = {
   'graphile-worker': 'graphile-worker',
   'pg-boss': 'pg-boss',
   bullmq: 'BullMQ',
+  'bullmq-pg': 'BullMQ on PostgreSQL',
 };
 
 /** Every job's payload: its index in the run and the wall-clock time its enqueue call started. */
