@@ -31,8 +31,10 @@ interface GraphNode {
 /** Tries of a dependsOn/flow write in its own transaction that a deadlock rolled back. */
 const DEADLOCK_ROUNDS = 5;
 
+/** A deadlock (40P01), mapped or as the driver raised it (a COMMIT's: where the new jobs' dependencies are locked). */
 function isDeadlock(error: unknown): boolean {
-  return error instanceof DatabaseError && error.sqlState === '40P01';
+  if (error instanceof DatabaseError) return error.sqlState === '40P01';
+  return (error as { code?: unknown } | null)?.code === '40P01';
 }
 
 export class Flows {

@@ -468,6 +468,29 @@ describe('dependents added to running jobs at random instants', () => {
 });
 
 describe('lock order', () => {
+  // Seen failing with isDeadlock() in src/engine/flows.ts reading only mapped errors: the
+  // deadlock PostgreSQL raised at the enqueue's COMMIT (a driver error) reached the caller.
+  test('an enqueue whose commit deadlocks with another transaction is tried again and succeeds', async () => {
+    const queue = db.queue({ poolSize: 4 });
+    const { id: a } = await queue.enqueue('lo.dl.a', null);
+    const { id: b } = await queue.enqueue('lo.dl.b', null);
+    const other = await openTransaction(db);
+    await other.client.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1 FOR NO KEY UPDATE`, [b]);
+    // its commit locks a, then waits for b
+    const enqueuing = queue.enqueue('lo.dl.child', null, { dependsOn: [a, b] });
+    await untilLockWaiters(db, 1);
+    // the other transaction now wants a: a deadlock, which the enqueue (waiting longer) detects
+    const otherWaits = other.client.query(`SELECT 1 FROM ${db.jobs} WHERE id = $1 FOR NO KEY UPDATE`, [a]);
+    await otherWaits;
+    await other.commit();
+    const { id: child } = await enqueuing;
+    expect(await stateOf(db, child)).toEqual({ status: 'waiting', depsLeft: 2 });
+    const deadlocks = await db.sql<{ n: string }>(
+      'SELECT deadlocks::text AS n FROM pg_stat_database WHERE datname = current_database()',
+    );
+    expect(Number(deadlocks[0]?.n)).toBeGreaterThan(0);
+  });
+
   // Seen failing on 66aab00, 6 runs of 6: deadlocks in 5 (1–3 counted by pg_stat_database,
   // retried away by the enqueue), dependents left waiting in the sixth. The enqueue locked its
   // dependencies when it read them and held them to its commit, among the batches' locks.
