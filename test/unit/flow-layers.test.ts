@@ -50,7 +50,9 @@ describe('flowLayers', () => {
     expect(['10', '9', '11', '100'].sort(byNumber)).toEqual(['9', '10', '11', '100']);
   });
 
-  test('a 100,000-job fan-out and fan-in is laid out in well under a second', () => {
+  // A bound on the algorithm, not on the machine: linear work takes ~0.1–0.3 s here, a quadratic
+  // layout of 100,000 jobs minutes. 1 s failed once on a loaded machine (1.8 s, load 12).
+  test('a 100,000-job fan-out and fan-in is laid out in linear time', () => {
     const n = 100_000;
     const parts = Array.from({ length: n }, (_, i) => String(i + 2));
     const last = String(n + 2);
@@ -64,7 +66,7 @@ describe('flowLayers', () => {
         ],
       ),
     );
-    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(performance.now() - started).toBeLessThan(10_000);
     expect(layers.map((layer) => layer.length)).toEqual([1, n, 1]);
     expect(layers[2]).toEqual([last]);
   });
