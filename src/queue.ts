@@ -223,6 +223,9 @@ export class Queue {
   /**
    * running → done with `result` (deleted, with `retention: { completed: 'delete' }`); `false` when
    * the lease no longer owns the job (SPEC §1.3). With `client` it commits with your transaction.
+   * A result JSON cannot carry (BigInt, a cycle, NaN or ±Infinity anywhere in it…) is a
+   * `ValidationError` naming its path (`result.total`), thrown before anything is written: the
+   * job stays running under the lease, which can still complete or fail it (SPEC §1.11).
    */
   async complete(lease: Lease, result?: unknown, options?: { client?: Queryable }): Promise<boolean> {
     const engine = this.open();
@@ -231,7 +234,12 @@ export class Queue {
     return engine.completer.complete(owner, resultJson, engine.writer(clientOption(options)));
   }
 
-  /** Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3); in input order. */
+  /**
+   * Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3); one answer
+   * per item, in input order. Every item is checked before anything is written: one bad lease or
+   * result (`items[3].result.total` is NaN) is a `ValidationError` naming it, and no job of the
+   * batch is completed — each stays running under its lease (SPEC §1.11).
+   */
   async completeMany(items: readonly { lease: Lease; result?: unknown }[]): Promise<boolean[]> {
     const engine = this.open();
     const checked = completeItems(items);
