@@ -6,6 +6,7 @@ import {
   claimArgs,
   clientOption,
   completeItems,
+  dependencySummaryLimit,
   listArgs,
   pruneArgs,
   queueConfigArgs,
@@ -54,6 +55,7 @@ import type {
   FlowResult,
   Job,
   JobDependencies,
+  JobDependencySummary,
   JobPage,
   JobSpec,
   JobStatus,
@@ -201,12 +203,30 @@ export class Queue {
    * The ids job `id` depends on and the ids of the jobs that depend on it (SPEC §10), each list
    * ascending; both empty for a job outside any dependency graph, or an unknown id (read from the
    * read replica when there is one). The edges of a job go with it when retention deletes it.
+   * Both lists are complete, however long: for a job that may have many dependents (a flow's
+   * root can have a million), use {@link dependencySummary}.
    *
    * @example
    * const { dependsOn, dependents } = await queue.dependenciesOf(jobs.merge);
    */
   async dependenciesOf(id: string): Promise<JobDependencies> {
     return this.open().flows.neighbours(requireJobId(id));
+  }
+
+  /**
+   * A bounded {@link dependenciesOf} (SPEC §10, §5): the first `limit` (default 100, at most
+   * 10,000) ids on each side, ascending, and how many there are on each side — exact up to
+   * 10,000, past that 10,000 with `dependentsCountExact` (or `dependsOnCountExact`) false. Two
+   * index ranges of at most 10,001 entries each, whatever the flow's size. What
+   * `GET /api/jobs/:id` and the dashboard show. All empty for an unknown id.
+   *
+   * @example
+   * const { dependents, dependentsCount } = await queue.dependencySummary(flow.jobs.root);
+   * console.log(`${dependents.length} of ${dependentsCount} dependents`);
+   */
+  async dependencySummary(id: string, options?: { limit?: number }): Promise<JobDependencySummary> {
+    const limit = dependencySummaryLimit(options);
+    return reads.dependencySummary(this.open(), requireJobId(id), limit);
   }
 
   /**
