@@ -58,6 +58,7 @@ export {
   JOB_STATUSES,
   type Job,
   type JobDependencies,
+  type JobDependencySummary,
   type JobPage,
   type JobSpec,
   type JobStatus,

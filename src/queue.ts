@@ -6,6 +6,7 @@ import {
   claimArgs,
   clientOption,
   completeItems,
+  dependencySummaryLimit,
   listArgs,
   pruneArgs,
   queueConfigArgs,
@@ -54,6 +55,7 @@ import type {
   FlowResult,
   Job,
   JobDependencies,
+  JobDependencySummary,
   JobPage,
   JobSpec,
   JobStatus,
@@ -201,12 +203,30 @@ export class Queue {
    * The ids job `id` depends on and the ids of the jobs that depend on it (SPEC §10), each list
    * ascending; both empty for a job outside any dependency graph, or an unknown id (read from the
    * read replica when there is one). The edges of a job go with it when retention deletes it.
+   * Both lists are complete, however long: for a job that may have many dependents (a flow's
+   * root can have a million), use {@link dependencySummary}.
    *
    * @example
    * const { dependsOn, dependents } = await queue.dependenciesOf(jobs.merge);
    */
   async dependenciesOf(id: string): Promise<JobDependencies> {
     return this.open().flows.neighbours(requireJobId(id));
+  }
+
+  /**
+   * A bounded {@link dependenciesOf} (SPEC §10, §5): the first `limit` (default 100, at most
+   * 10,000) ids on each side, ascending, and how many there are on each side — exact up to
+   * 10,000, past that 10,000 with `dependentsCountExact` (or `dependsOnCountExact`) false. Two
+   * index ranges of at most 10,001 entries each, whatever the flow's size. What
+   * `GET /api/jobs/:id` and the dashboard show. All empty for an unknown id.
+   *
+   * @example
+   * const { dependents, dependentsCount } = await queue.dependencySummary(flow.jobs.root);
+   * console.log(`${dependents.length} of ${dependentsCount} dependents`);
+   */
+  async dependencySummary(id: string, options?: { limit?: number }): Promise<JobDependencySummary> {
+    const limit = dependencySummaryLimit(options);
+    return reads.dependencySummary(this.open(), requireJobId(id), limit);
   }
 
   /**
@@ -223,6 +243,9 @@ export class Queue {
   /**
    * running → done with `result` (deleted, with `retention: { completed: 'delete' }`); `false` when
    * the lease no longer owns the job (SPEC §1.3). With `client` it commits with your transaction.
+   * A result JSON cannot carry (BigInt, a cycle, NaN or ±Infinity anywhere in it…) is a
+   * `ValidationError` naming its path (`result.total`), thrown before anything is written: the
+   * job stays running under the lease, which can still complete or fail it (SPEC §1.11).
    */
   async complete(lease: Lease, result?: unknown, options?: { client?: Queryable }): Promise<boolean> {
     const engine = this.open();
@@ -231,7 +254,12 @@ export class Queue {
     return engine.completer.complete(owner, resultJson, engine.writer(clientOption(options)));
   }
 
-  /** Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3); in input order. */
+  /**
+   * Completes many jobs in one statement, each guarded by its own lease (SPEC §1.3); one answer
+   * per item, in input order. Every item is checked before anything is written: one bad lease or
+   * result (`items[3].result.total` is NaN) is a `ValidationError` naming it, and no job of the
+   * batch is completed — each stays running under its lease (SPEC §1.11).
+   */
   async completeMany(items: readonly { lease: Lease; result?: unknown }[]): Promise<boolean[]> {
     const engine = this.open();
     const checked = completeItems(items);

@@ -153,6 +153,26 @@ export interface JobDependencies {
   dependents: string[];
 }
 
+/**
+ * A bounded view of a job's place in a dependency graph (SPEC §10, §5): the first ids on each
+ * side, ascending, and how many there are — a flow may give one job a million dependents.
+ * Counts are exact up to 10,000; past that the count is 10,000 and its `…Exact` flag false.
+ */
+export interface JobDependencySummary {
+  /** The first jobs this one waits for, ascending (at most the `limit` asked for). */
+  dependsOn: string[];
+  /** How many jobs this one waits for (10,000 at most: see `dependsOnCountExact`). */
+  dependsOnCount: number;
+  /** False when there are more than `dependsOnCount` (the count stopped at 10,000). */
+  dependsOnCountExact: boolean;
+  /** The first jobs that wait for this one, ascending (at most the `limit` asked for). */
+  dependents: string[];
+  /** How many jobs wait for this one (10,000 at most: see `dependentsCountExact`). */
+  dependentsCount: number;
+  /** False when there are more than `dependentsCount` (the count stopped at 10,000). */
+  dependentsCountExact: boolean;
+}
+
 /** A flow (SPEC §10): its jobs, oldest first, and the edges between them. */
 export interface FlowGraph {
   flowId: string;

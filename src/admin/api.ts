@@ -17,6 +17,8 @@ const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
 const SCHEDULE_PAGE = 500;
 /** Most jobs of one flow `GET /api/flows/:id` returns (the oldest; `truncated` says there are more). */
 const FLOW_GRAPH_LIMIT = 10_005;
+/** Ids of dependencies and of dependents `GET /api/jobs/:id` returns (the lowest; the counts say how many). */
+const DEPENDENCY_IDS = 100;
 
 export function apiRoutes(queue: Queue, history: History): Hono {
   const api = new Hono();
@@ -62,9 +64,14 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   });
 
   // The job, and (SPEC §10) the ids of its dependencies and dependents: the dashboard's links.
+  // §5 bounded: the first DEPENDENCY_IDS on each side, and how many there are (`dependentsCount`,
+  // exact up to 10,000), however large the flow.
   api.get('/jobs/:id', async (c) => {
     const id = requireJobId(c.req.param('id'), 'id');
-    const [job, dependencies] = await Promise.all([queue.get(id), queue.dependenciesOf(id)]);
+    const [job, dependencies] = await Promise.all([
+      queue.get(id),
+      queue.dependencySummary(id, { limit: DEPENDENCY_IDS }),
+    ]);
     if (!job) throw new NotFoundError(`No job with id ${id}`);
     return c.json({ ...job, ...dependencies });
   });

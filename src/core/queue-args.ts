@@ -22,6 +22,20 @@ import {
 export const MAX_CLAIM_LIMIT = 10_000;
 const FINISHED = ['done', 'dead', 'cancelled'] as const;
 
+/** Ids per side `dependencySummary` returns unless told (GET /api/jobs/:id, the dashboard). */
+export const DEPENDENCY_SUMMARY_LIMIT = 100;
+/** Most ids per side one `dependencySummary` may return. */
+export const MAX_DEPENDENCY_SUMMARY_LIMIT = 10_000;
+
+/** `queue.dependencySummary(id, options)`: the ids per side (100 unless given). */
+export function dependencySummaryLimit(options: { limit?: number } | undefined): number {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['limit'], 'options');
+  return opts.limit === undefined
+    ? DEPENDENCY_SUMMARY_LIMIT
+    : requireInt(opts.limit, 'limit', 1, MAX_DEPENDENCY_SUMMARY_LIMIT);
+}
+
 /** `queue.claim(workerId, options)`: limit 1 and the queue's leaseMs unless given. */
 export function claimArgs(workerId: unknown, options: ClaimOptions | undefined, defaultLeaseMs: number) {
   const opts = optionsObject(options, 'options');

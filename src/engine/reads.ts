@@ -3,11 +3,16 @@
  * configured (`engine.read`), except findActive, which decides about writes and reads the primary.
  */
 import type { ListFilter } from '../store/observe.js';
-import type { Job, JobPage, JobStatus, OpsSnapshot } from '../types.js';
+import type { Job, JobDependencySummary, JobPage, JobStatus, OpsSnapshot } from '../types.js';
 import type { Engine } from './engine.js';
 
 export function getJob(engine: Engine, id: string): Promise<Job | null> {
   return engine.read((db) => engine.store.observe.get(db, id));
+}
+
+/** §10/§5 the first `limit` ids on each side of a job, and how many there are. */
+export function dependencySummary(engine: Engine, id: string, limit: number): Promise<JobDependencySummary> {
+  return engine.read((db) => engine.store.neighbours.summary(db, id, limit));
 }
 
 export function findActive(engine: Engine, dedupeKey: string): Promise<Job | null> {

@@ -12,6 +12,7 @@
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
  *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
  *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
+ *   store.neighbours summary: a job's first dependencies and dependents, counted (neighbours.ts)
  *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
  */
 
@@ -22,6 +23,7 @@ import { ClaimStatements, claimSql } from './claim.js';
 import { EnqueueStatements, enqueueSql } from './enqueue.js';
 import { FlowStatements, flowSql } from './flows.js';
 import { LeaseStatements, leaseSql } from './lease.js';
+import { NeighbourStatements, neighbourSql } from './neighbours.js';
 import { ObserveStatements, observeSql } from './observe.js';
 import { OutcomeStatements, outcomeSql } from './outcome.js';
 import { QueueStatements, queueSql } from './queues.js';
@@ -30,6 +32,7 @@ import { ScheduleStatements, scheduleSql } from './schedule.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
+export { NEIGHBOUR_COUNT_LIMIT } from './neighbours.js';
 export { EXACT_COUNT_LIMIT, LIST_WINDOW, type StatusCounts } from './observe.js';
 export type { QueueChange, QueueRow } from './queues.js';
 export type { ScheduleRow, ScheduleWrite } from './schedule.js';
@@ -47,6 +50,7 @@ export class JobStore {
   readonly schedule: ScheduleStatements;
   readonly queues: QueueStatements;
   readonly flows: FlowStatements;
+  readonly neighbours: NeighbourStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -63,6 +67,7 @@ export class JobStore {
     this.schedule = new ScheduleStatements(this.runner, scheduleSql(s));
     this.queues = new QueueStatements(this.runner, queueSql(s));
     this.flows = new FlowStatements(this.runner, flowSql(s));
+    this.neighbours = new NeighbourStatements(this.runner, neighbourSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

@@ -6,6 +6,7 @@ import { adminSql } from './admin.js';
 import { claimSql } from './claim.js';
 import { enqueueSql } from './enqueue.js';
 import { leaseSql } from './lease.js';
+import { neighbourSql } from './neighbours.js';
 import { observeSql } from './observe.js';
 import { outcomeSql } from './outcome.js';
 import { queueSql } from './queues.js';
@@ -24,5 +25,6 @@ export function buildStatements(s: string) {
     ...observeSql(s),
     ...scheduleSql(s),
     ...queueSql(s),
+    ...neighbourSql(s),
   };
 }

@@ -35,7 +35,9 @@ export interface JobContext<P = unknown> {
    * at once, later ones coalesced (at most four writes a second, the latest value wins); the
    * last one is written before the job's outcome (inside ctx.transaction: with the completion).
    * Each write renews the lease. Returns at once (nothing to await); a value JSON cannot hold
-   * throws a ValidationError. A runaway's reports (abandoned, stopped, lease lost) are dropped.
+   * (BigInt, a cycle, NaN or ±Infinity anywhere in it) throws a ValidationError naming its path
+   * (`progress.rate`) and writes nothing. A runaway's reports (abandoned, stopped, lease lost)
+   * are dropped.
    */
   progress(value: unknown): void;
   /**
@@ -45,7 +47,11 @@ export interface JobContext<P = unknown> {
   dependencies(): Promise<Record<string, DependencyState>>;
 }
 
-/** A task's handler. Its return value becomes the job's `result` (it must be JSON-serialisable). */
+/**
+ * A task's handler. Its return value becomes the job's `result`. It must be JSON-serialisable:
+ * one that is not (BigInt, a cycle, NaN or ±Infinity anywhere in it) fails the attempt — retried
+ * like a thrown error — with a `lastError` naming the task and the value's path (SPEC §1.11).
+ */
 export type Handler<P = unknown> = (payload: P, ctx: JobContext<P>) => Promise<unknown> | unknown;
 
 /** A handler with per-task settings. */

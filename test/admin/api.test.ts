@@ -20,6 +20,11 @@
  *   back as 10, 11, 12, 2, … instead of ascending; api.ts answering a flow with no job with 200:
  *   the 404 check failed; liveByQueue without its waiting branch: the counts-by-queue, queues and
  *   metrics checks of the flows tests failed; history.ts sampling no waiting: the depth check did.
+ * - api.ts answering `queue.dependenciesOf(id)` (every id, no count) for GET /api/jobs/:id: the
+ *   fan-out test got 10,001 dependents and no `dependentsCount`; store/neighbours.ts ordering by
+ *   the ids as text: both GET /api/jobs/:id tests and the dependencySummary test failed (10, 100,
+ *   1000… first); its counts without the `+ 1` row: `dependentsCountExact` came back true for
+ *   10,001 dependents.
  * The plan test ("read no finished rows") fails against the liveByQueue statement as written
  * (a sequential scan of all 200,065 rows behind /api/counts and /metrics) and passes once it is
  * rewritten as one partial-index read per live status (pending UNION ALL running).
@@ -373,11 +378,16 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
     const deadId = ids.dead[0] as string;
     const reply = await call(server.url, `/api/jobs/${deadId}`);
     expect(reply.status).toBe(200);
-    // SPEC §10 with the ids of its dependencies and dependents (none here; see the flows tests)
+    // SPEC §10 with the ids of its dependencies and dependents and their counts (none here; see
+    // the flows tests)
     expect(reply.body).toEqual({
       ...(asJson(await queue.get(deadId)) as object),
       dependsOn: [],
+      dependsOnCount: 0,
+      dependsOnCountExact: true,
       dependents: [],
+      dependentsCount: 0,
+      dependentsCountExact: true,
     });
     expect(reply.body).toMatchObject({
       id: deadId,
@@ -1216,6 +1226,12 @@ describe("flows: GET /api/flows/:id, a job's dependencies, and waiting in every 
     expect(root.body.dependsOn).toEqual([]);
     expect(root.body.dependents).toEqual(byNumber([...parts(), laterId]));
     expect(root.body.dependents).toHaveLength(PARTS + 1);
+    expect(root.body).toMatchObject({
+      dependsOnCount: 0,
+      dependsOnCountExact: true,
+      dependentsCount: PARTS + 1,
+      dependentsCountExact: true,
+    });
 
     const merge = await call(server.url, `/api/jobs/${refs.merge}`);
     expect(merge.body).toMatchObject({ flowRef: 'merge', status: 'waiting' });
@@ -1254,6 +1270,106 @@ describe("flows: GET /api/flows/:id, a job's dependencies, and waiting in every 
     expect(metrics.help.get('skiplock_jobs')).toMatch(/waiting, pending and running also by queue/);
     expect(sampleValue(metrics, 'skiplock_jobs', { status: 'waiting', queue: 'flows' })).toBe(waiting);
     expect(sampleValue(metrics, 'skiplock_jobs', { status: 'pending', queue: 'flows' })).toBe(2);
+  });
+});
+
+describe('GET /api/jobs/:id is bounded however many dependents a job has (SPEC §5)', () => {
+  const schema = `${TEST_SCHEMA}_fanout`;
+  const LEAVES = 10_001; // one more than the count goes: it stops at 10,000
+  const SINK_DEPS = 150; // more dependencies than the 100 ids shown, fewer than the count's bound
+  let queue: Queue;
+  let server: AdminServer;
+  let refs: Record<string, string>;
+  const leaf = (i: number) => refs[`leaf-${i}`] as string;
+
+  beforeAll(async () => {
+    queue = db.queue({ schema });
+    await queue.migrate();
+    ({ jobs: refs } = await queue.enqueueFlow([
+      { ref: 'hub', task: 'fan.hub', payload: {} },
+      ...Array.from({ length: LEAVES }, (_, i) => ({
+        ref: `leaf-${i}`,
+        task: 'fan.leaf',
+        payload: { i },
+        dependsOn: ['hub'],
+      })),
+      {
+        ref: 'sink',
+        task: 'fan.sink',
+        payload: {},
+        dependsOn: Array.from({ length: SINK_DEPS }, (_, i) => `leaf-${i}`),
+      },
+    ]));
+    server = await serve({ queue });
+  });
+
+  test('the first 100 ids on each side, ascending, and how many there are', async () => {
+    const hub = await call(server.url, `/api/jobs/${refs.hub}`);
+    expect(hub.status, hub.text.slice(0, 300)).toBe(200);
+    // ids are drawn in topological order, ascending with the refs' order here
+    expect(hub.body.dependents).toEqual(Array.from({ length: 100 }, (_, i) => leaf(i)));
+    expect(hub.body).toMatchObject({
+      id: refs.hub,
+      dependsOn: [],
+      dependsOnCount: 0,
+      dependsOnCountExact: true,
+      dependentsCount: 10_000,
+      dependentsCountExact: false, // 10,001 dependents: more than the count looks at
+    });
+    // Every id of 10,001 dependents would be ~120 kB; bounded, the reply stays small.
+    expect(hub.text.length).toBeLessThan(5_000);
+
+    const sink = await call(server.url, `/api/jobs/${refs.sink}`);
+    expect(sink.body.dependsOn).toEqual(Array.from({ length: 100 }, (_, i) => leaf(i)));
+    expect(sink.body).toMatchObject({
+      dependsOnCount: SINK_DEPS,
+      dependsOnCountExact: true,
+      dependents: [],
+      dependentsCount: 0,
+      dependentsCountExact: true,
+    });
+
+    const one = await call(server.url, `/api/jobs/${leaf(0)}`);
+    expect(one.body).toMatchObject({
+      dependsOn: [refs.hub],
+      dependsOnCount: 1,
+      dependents: [refs.sink],
+      dependentsCount: 1,
+    });
+  });
+
+  test('queue.dependencySummary: limit, exact counts, an unknown id, bad options', async () => {
+    const sink = await queue.dependencySummary(refs.sink as string, { limit: 3 });
+    expect(sink).toEqual({
+      dependsOn: [leaf(0), leaf(1), leaf(2)],
+      dependsOnCount: SINK_DEPS,
+      dependsOnCountExact: true,
+      dependents: [],
+      dependentsCount: 0,
+      dependentsCountExact: true,
+    });
+    const all = await queue.dependencySummary(refs.sink as string, { limit: 10_000 });
+    expect(all.dependsOn).toEqual((await queue.dependenciesOf(refs.sink as string)).dependsOn);
+    expect(await queue.dependencySummary('999999999')).toEqual({
+      dependsOn: [],
+      dependsOnCount: 0,
+      dependsOnCountExact: true,
+      dependents: [],
+      dependentsCount: 0,
+      dependentsCountExact: true,
+    });
+    for (const [options, field] of [
+      [{ limit: 0 }, 'limit'],
+      [{ limit: 10_001 }, 'limit'],
+      [{ limit: 1.5 }, 'limit'],
+      [{ max: 5 }, 'options.max'],
+    ] as const) {
+      await expect(queue.dependencySummary(refs.hub as string, options as never)).rejects.toMatchObject({
+        code: 'ERR_VALIDATION',
+        field,
+      });
+    }
+    await expect(queue.dependencySummary('abc')).rejects.toMatchObject({ field: 'id' });
   });
 });
 

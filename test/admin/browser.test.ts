@@ -22,7 +22,9 @@
  * job's dependencies, dependents and flow; a 10,000-job fan-out draws a capped layer quickly.
  * Deliberate breaks seen failing: FLOW_LAYER_NODES = Infinity (the fan-out test failed; it counts
  * 42 nodes); every job in layer 0 (the x order of the nodes); the node's class without its status (the
- * class and the colour checks); no flow row in the dialog (the detail-flow link never appeared).
+ * class and the colour checks); no flow row in the dialog (the detail-flow link never appeared);
+ * jobLinks ignoring the API's counts (the split's dialog said "+50 more" of the 100 ids sent
+ * instead of "and 9,950 more").
  *
  * Needs Chromium at /usr/bin/chromium (CI installs it); the file is skipped without it.
  */
@@ -674,7 +676,7 @@ describe.skipIf(!HAS_CHROMIUM)(
 
     test('a 10,000-job fan-out: the page draws 40 jobs and a "+9,960 more" box per layer, quickly', async () => {
       const n = 10_000;
-      const { flowId } = await queue.enqueueFlow([
+      const { flowId, jobs: fan } = await queue.enqueueFlow([
         { ref: 'split', task: 'browser.fan.split', payload: {} },
         ...Array.from({ length: n }, (_, i) => ({
           ref: `part-${i}`,
@@ -712,6 +714,20 @@ describe.skipIf(!HAS_CHROMIUM)(
         await page.evaluate('1');
         expect(Date.now() - ping).toBeLessThan(1_000);
         await page.context().close();
+
+        // The job dialog of the split (10,000 dependents) and of the join (10,000 dependencies):
+        // the API sends the first 100 ids and the count, the dialog links 50 and says the rest.
+        for (const [ref, testid] of [
+          ['split', 'detail-dependents'],
+          ['join', 'detail-depends-on'],
+        ] as const) {
+          const dialogPage = await open(`${server.url}#/jobs/${fan[ref]}`);
+          await dialogPage.locator('dialog#detail').waitFor({ state: 'visible' });
+          const links = dialogPage.locator(`[data-testid="${testid}"]`);
+          expect(await links.locator('a').count(), ref).toBe(50);
+          expect(await links.textContent(), ref).toMatch(/, #\d+ and 9,950 more$/);
+          await dialogPage.context().close();
+        }
       } finally {
         await db.sql(`DELETE FROM ${db.jobs} WHERE flow_id = $1`, [flowId]);
       }

@@ -41,6 +41,8 @@
  *   dropping --depends-on: the job was pending instead of waiting.
  * - src/cli/main.ts mapping ERR_NOT_FOUND to 1: get of an unknown job, requeue of a pending one
  *   and cancel of a finished one exited 1 instead of 3.
+ * - src/core/validate.ts toJsonText without its NaN/±Infinity check (before issue 21): `enqueue
+ *   cli.nonfinite 1e999` printed "Enqueued job N" and exited 0, the job's payload null.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import { beforeAll, describe, expect, test } from 'vitest';
@@ -504,6 +506,18 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     );
     expect(ids(json<JobPage>(waiting).jobs)).toEqual([refs.merge]);
     expect(ok(getMerge)).toMatch(new RegExp(`^flow +${flowId} \\(ref merge\\)$`, 'm'));
+  });
+
+  test('enqueue of a number JSON cannot carry (1e999 parses as Infinity) exits 2 naming its path, nothing written', async () => {
+    const [top, nested, asJson] = await Promise.all([
+      run(['enqueue', 'cli.nonfinite', '1e999']),
+      run(['enqueue', 'cli.nonfinite', '{"items":[1,-1e999]}']),
+      run(['enqueue', 'cli.nonfinite', '{"total":1e999}', '--json']),
+    ]);
+    oneLineError(top, 2, /^skiplock: payload: must be a finite number, got Infinity/);
+    oneLineError(nested, 2, /^skiplock: payload\.items\[1\]: must be a finite number, got -Infinity/);
+    oneLineError(asJson, 2, /^skiplock: payload\.total: must be a finite number, got Infinity/);
+    expect(await statusCounts('task = $1', ['cli.nonfinite'])).toEqual({});
   });
 
   test('enqueue --depends-on: waits for those jobs; bad ids exit 2 with nothing written', async () => {

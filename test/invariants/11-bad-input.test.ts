@@ -23,6 +23,13 @@
  *  5. `requireName` returning `value.trim()`: the round-trip cases with edge whitespace failed.
  *  6. A naive NUL check (`text.includes('\\u0000')`): the round trip of the six characters
  *     `\u0000` (not a NUL) failed with a false ValidationError.
+ *  7. `toJsonText` without its non-finite check (the state before issue 21): the 12 NaN /
+ *     ±Infinity / Invalid Date cases resolved (each stored `null` in its place), and complete()
+ *     with NaN finished the seed job, so the seed test failed too.
+ *  8. The path left out of that error (field = the top-level field): the 10 cases whose number
+ *     sits below the top level failed on `field`.
+ *  9. `completeMany` serialising and completing item by item: item [0] completed the seed job
+ *     before item [1] threw (the snapshot and the seed test failed).
  */
 import { beforeAll, describe, expect, test } from 'vitest';
 import { ValidationError } from '../../src/errors.js';
@@ -93,6 +100,38 @@ const enqueueCases: BadCase[] = [
           throw new Error('no JSON for you');
         },
       }),
+  },
+  // Numbers JSON cannot carry: JSON.stringify would store them as null.
+  { name: 'NaN inside the payload', field: 'payload.x', call: (q) => q.enqueue('t', { x: Number.NaN }) },
+  {
+    name: 'Infinity as the payload',
+    field: 'payload',
+    call: (q) => q.enqueue('t', Number.POSITIVE_INFINITY),
+  },
+  {
+    name: '-Infinity in an array of the payload',
+    field: 'payload.items[2]',
+    call: (q) => q.enqueue('t', { items: [1, null, Number.NEGATIVE_INFINITY] }),
+  },
+  {
+    name: 'NaN deep in the payload, under a key that is not an identifier',
+    field: 'payload.order["line items"][0].price',
+    call: (q) => q.enqueue('t', { order: { 'line items': [{ price: 0 / 0 }] } }),
+  },
+  {
+    name: 'NaN returned by a toJSON inside the payload',
+    field: 'payload.amount.value',
+    call: (q) => q.enqueue('t', { amount: { toJSON: () => ({ value: Number.NaN, unit: 'EUR' }) } }),
+  },
+  {
+    name: 'a Number object holding NaN in the payload',
+    field: 'payload.n',
+    call: (q) => q.enqueue('t', { n: new Number(Number.NaN) }),
+  },
+  {
+    name: 'an Invalid Date in the payload',
+    field: 'payload.at',
+    call: (q) => q.enqueue('t', { at: new Date('not a date') }),
   },
   { name: 'U+0000 in a payload string', field: 'payload', call: (q) => q.enqueue('t', { s: 'a\u0000b' }) },
   {
@@ -191,6 +230,11 @@ const enqueueManyCases: BadCase[] = [
     call: (q) => q.enqueueMany([good('m.a'), { task: 'm.b', payload: { n: 2n } }, good('m.c')]),
   },
   {
+    name: 'entry [1] of 3 has NaN in its payload',
+    field: 'specs[1].payload.n',
+    call: (q) => q.enqueueMany([good('m.a'), { task: 'm.b', payload: { n: Number.NaN } }, good('m.c')]),
+  },
+  {
     name: 'entry [1] of 3 has an empty task',
     field: 'specs[1].task',
     call: (q) => q.enqueueMany([good('m.a'), { task: '', payload: {} }, good('m.c')]),
@@ -216,6 +260,15 @@ const enqueueManyCases: BadCase[] = [
     call: (q) => q.enqueueMany([good('m.a'), null as never, good('m.c')]),
   },
   { name: 'specs not an array', field: 'specs', call: (q) => q.enqueueMany(good('m.a') as never) },
+  {
+    name: 'flow node [1] of 2 has NaN in its payload',
+    field: 'nodes[1].payload.x',
+    call: (q) =>
+      q.enqueueFlow([
+        { ref: 'a', task: 'f.a', payload: {} },
+        { ref: 'b', task: 'f.b', payload: { x: Number.NaN }, dependsOn: ['a'] },
+      ]),
+  },
 ];
 
 /** Malformed ids: not the decimal string (or safe integer) of a positive int8. */
@@ -312,6 +365,26 @@ const leaseCases: BadCase[] = [
     name: 'complete with a BigInt result',
     field: 'result',
     call: (q, s) => q.complete(s.running, { total: 10n }),
+  },
+  {
+    name: 'complete with NaN in the result',
+    field: 'result.total',
+    call: (q, s) => q.complete(s.running, { total: Number.NaN }),
+  },
+  {
+    name: 'complete with Infinity as the result',
+    field: 'result',
+    call: (q, s) => q.complete(s.running, Number.POSITIVE_INFINITY),
+  },
+  {
+    // the whole batch is refused before any write: item [0] would complete the seed job
+    name: 'completeMany whose item [1] has Infinity in its result',
+    field: 'items[1].result.ratio',
+    call: (q, s) =>
+      q.completeMany([
+        { lease: s.running, result: { ok: true } },
+        { lease: s.running, result: { ratio: 1 / 0 } },
+      ]),
   },
   {
     name: 'complete with a circular result',

@@ -61,6 +61,9 @@ describe('queue.schedule(): validated, idempotent upsert', () => {
       ['x', { cron: '* * * * *', task: 't', overlap: 'no' }, 'overlap'],
       ['x', { cron: '* * * * *', task: 't', maxAttempts: 0 }, 'maxAttempts'],
       ['x', { cron: '* * * * *', task: 't', payload: () => 1 }, 'payload'],
+      // JSON.stringify would store null (SPEC §1.11): without toJsonText's check (before issue 21)
+      // the schedule was upserted with the payload {"every":null}
+      ['x', { cron: '* * * * *', task: 't', payload: { every: Number.POSITIVE_INFINITY } }, 'payload.every'],
       ['x', { cron: '* * * * *', task: 't', every: '1m' }, 'options.every'],
     ];
     for (const [name, options, field] of bad) {

@@ -2,8 +2,8 @@
  * SPEC §1.8 through the Worker — a handler that throws (an Error or anything else) fails the
  * attempt: 'job:retry' with the Worker's own backoff, then 'job:dead' once maxAttempts are
  * spent, with the message and stack kept in last_error. A handler's return value becomes the
- * job's `result`; one that cannot be stored as JSON (a BigInt) fails the attempt with an error
- * naming the task.
+ * job's `result`; one that cannot be stored as JSON (a BigInt, NaN, ±Infinity) fails the attempt
+ * with an error naming the task (and, for a number, its path).
  *
  * A retry must also start at its due time without waiting for the fallback poll (SPEC §1.9);
  * the retry tests run with the default 30 s poll, the last one with 60 s.
@@ -15,6 +15,8 @@
  *  - errorText() keeping only `${name}: ${message}` (no stack): the stack assertion failed.
  *  - writeOutcome() skipping resultProblem() (completing with the BigInt): complete() threw a
  *    ValidationError inside the worker; the job stayed running and no 'job:dead' came.
+ *  - toJsonText() without its NaN/±Infinity check (before issue 21): the NaN test's jobs ended
+ *    done with `{"total":null}` and `{"rows":[1,null]}`; no 'job:retry' came.
  *  - Worker.run()'s emit without `claimLoop.wakeIn(retryInMs)` for 'job:retry' (the state
  *    before commit 93b5c07): every retry waited for the fallback poll, so all retry tests timed out.
  *  - ClaimLoop.armDueTimer() clearing a sooner timer when its (older) read found nothing: the
@@ -159,6 +161,38 @@ describe('§1.8 failures through the worker', () => {
     expect(job).toMatchObject({ status: 'dead', result: null, attempts: 1 });
     expect(job?.lastError).toMatch(/task "result\.bigint".*JSON/);
     expect(job?.lastError).toMatch(/BigInt/i);
+    await worker.stop();
+  });
+
+  test('a result holding NaN or Infinity fails the attempt like a BigInt: retried, then dead, never stored as null', async () => {
+    const queue = db.queue();
+    const worker = await startWorker(db, {
+      backoff,
+      tasks: {
+        'result.nan': () => ({ total: Number.NaN }),
+        // inside ctx.transaction the completion is refused before it is written: rolled back
+        'result.nan.tx': (_payload: unknown, ctx: JobContext) =>
+          ctx.transaction(async () => ({ rows: [1, Number.POSITIVE_INFINITY] })),
+      },
+    });
+    const retried = nextEvent(worker, 'job:retry', (e) => e.job.task === 'result.nan');
+    const dead = nextEvent(worker, 'job:dead', (e) => e.job.task === 'result.nan');
+    const deadTx = nextEvent(worker, 'job:dead', (e) => e.job.task === 'result.nan.tx');
+    const { id } = await queue.enqueue('result.nan', {}, { maxAttempts: 2 });
+    const tx = await queue.enqueue('result.nan.tx', {}, { maxAttempts: 1 });
+    expect(((await retried).error as Error).message).toMatch(
+      /^The handler of task "result\.nan" returned a value that cannot be stored as JSON \(result\.total: must be a finite number, got NaN/,
+    );
+    await dead;
+    expect(await queue.get(id)).toMatchObject({ status: 'dead', result: null, attempts: 2 });
+    expect((await queue.get(id))?.lastError).toMatch(
+      /task "result\.nan".*result\.total: must be a finite number, got NaN/,
+    );
+    await deadTx;
+    expect(await queue.get(tx.id)).toMatchObject({ status: 'dead', result: null, attempts: 1 });
+    expect((await queue.get(tx.id))?.lastError).toMatch(
+      /^ValidationError: result\.rows\[1\]: must be a finite number, got Infinity/,
+    );
     await worker.stop();
   });
 

@@ -3,7 +3,7 @@
  * at once, later ones coalesced (a handler reporting in a tight loop costs a few writes a
  * second, not one per call), the last one written before the outcome and kept after the job
  * finishes; shown by `get`. A report inside the job's own ctx.transaction neither blocks nor
- * deadlocks it. A value JSON cannot hold throws.
+ * deadlocks it. A value JSON cannot hold (BigInt, NaN, ±Infinity) throws and writes nothing.
  *
  * A write renews the lease; a runaway's reports after stop() are dropped; the value reported
  * inside ctx.transaction commits with the completion.
@@ -14,10 +14,12 @@
  * not taking the unwritten value (the transaction test kept 1). From a review: a value whose
  * coalesced write was still in flight when ctx.transaction began was lost; a failed write
  * dropped its value; a write in flight when stop() was called renewed the lease after stop()
- * resolved — each test below failed before its fix.
+ * resolved — each test below failed before its fix. toJsonText() without its NaN/±Infinity
+ * check (before issue 21): the NaN test caught nothing and the job kept `{"steps":[1,null]}`.
  */
 import { describe, expect, test } from 'vitest';
 import { engineOf } from '../../src/engine/engine.js';
+import { ValidationError } from '../../src/errors.js';
 import { useTestDatabase } from '../support/database.js';
 
 const db = useTestDatabase();
@@ -222,6 +224,38 @@ describe('ctx.progress', () => {
     await expect.poll(async () => (await queue.get(id))?.status, { timeout: 5_000 }).toBe('dead');
     await worker.stop();
     expect((await queue.get(id))?.lastError).toMatch(/^ValidationError: progress: must be JSON-serialisable/);
+  });
+
+  test('NaN or Infinity in a value throws a ValidationError naming its path and writes nothing', async () => {
+    const queue = db.queue();
+    const { id } = await queue.enqueue('progress.nan', null);
+    const caught: unknown[] = [];
+    const worker = db.worker({
+      queue,
+      pollIntervalMs: 100,
+      tasks: {
+        'progress.nan': (_payload: unknown, ctx: { progress(value: unknown): void }) => {
+          ctx.progress({ done: 1 });
+          for (const bad of [{ done: 2, rate: Number.NaN }, { steps: [1, Number.NEGATIVE_INFINITY] }]) {
+            try {
+              ctx.progress(bad);
+            } catch (error) {
+              caught.push(error);
+            }
+          }
+          return 'ok';
+        },
+      },
+    });
+    await worker.start();
+    await expect.poll(async () => (await queue.get(id))?.status, { timeout: 5_000 }).toBe('done');
+    await worker.stop();
+    expect(caught).toHaveLength(2);
+    expect(caught[0]).toBeInstanceOf(ValidationError);
+    expect(caught[0]).toMatchObject({ field: 'progress.rate' });
+    expect(caught[1]).toMatchObject({ field: 'progress.steps[1]' });
+    // the last value that could be stored is the one kept, never { done: 2, rate: null }
+    expect((await queue.get(id))?.progress).toEqual({ done: 1 });
   });
 
   test('a value whose write is still in flight when ctx.transaction starts commits with the completion', async () => {

@@ -417,8 +417,14 @@ function renderDetail(job) {
     ...row('dedupe key', job.dedupeKey ?? '—'),
     ...row('group', job.group ?? '—'),
     ...row('flow', flowLink(job)),
-    ...row('depends on', jobLinks(job.dependsOn, 'detail-depends-on')),
-    ...row('dependents', jobLinks(job.dependents, 'detail-dependents')),
+    ...row(
+      'depends on',
+      jobLinks(job.dependsOn, job.dependsOnCount, job.dependsOnCountExact, 'detail-depends-on'),
+    ),
+    ...row(
+      'dependents',
+      jobLinks(job.dependents, job.dependentsCount, job.dependentsCountExact, 'detail-dependents'),
+    ),
     ...row('run after', time(job.runAfter)),
     ...row('worker', job.workerId ?? '—'),
     ...row('lease until', time(job.leaseUntil)),
@@ -440,7 +446,7 @@ function renderDetail(job) {
     ...block('Last error', job.lastError ?? '—', 'detail-error'),
   );
   $('detail').dataset.status = job.status;
-  state.openDependents = job.dependents?.length ?? 0;
+  state.openDependents = job.dependentsCount ?? job.dependents?.length ?? 0;
   $('action-requeue').hidden = job.status !== 'dead';
   $('action-cancel').hidden = !['waiting', 'pending', 'running'].includes(job.status);
 }
@@ -456,17 +462,23 @@ function flowLink(job) {
   );
 }
 
-/** Links to jobs by id (the first JOB_LINKS of them), or a dash. */
+/**
+ * Links to jobs by id (the first JOB_LINKS of them), then "and N more" for the rest of `total`
+ * (the API sends the first 100 ids and the count; "over N" when the count stopped at its
+ * bound), or a dash.
+ */
 const JOB_LINKS = 50;
-function jobLinks(ids, testid) {
+function jobLinks(ids, total, exact, testid) {
   if (!ids || ids.length === 0) return '—';
   const links = [];
   for (const id of ids.slice(0, JOB_LINKS)) {
     if (links.length) links.push(', ');
     links.push(el('a', { href: `#/jobs/${encodeURIComponent(id)}` }, `#${id}`));
   }
-  if (ids.length > JOB_LINKS)
-    links.push(el('span', { class: 'more' }, ` +${number(ids.length - JOB_LINKS)} more`));
+  const shown = Math.min(ids.length, JOB_LINKS);
+  const rest = Math.max(total ?? ids.length, ids.length) - shown;
+  if (rest > 0 || exact === false)
+    links.push(el('span', { class: 'more' }, ` and ${exact === false ? 'over ' : ''}${number(rest)} more`));
   return el('span', { class: 'detail-links', 'data-testid': testid }, ...links);
 }
 
