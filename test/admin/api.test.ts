@@ -1666,8 +1666,9 @@ describe('on a large table', () => {
     const recorded = new Queue({ pool, schema });
     const server = await serve({ queue: recorded, sampleIntervalMs: 3_600_000 });
     try {
-      for (const deadline = Date.now() + 10_000; pool.statements.length === 0 && Date.now() < deadline; )
-        await new Promise((resolve) => setTimeout(resolve, 10)); // the sampler's first read
+      // The sampler's first read has been sent and has finished (a statement of it still running
+      // would be counted against the first route below; /api/history would fill its cache).
+      await expect.poll(() => pool.statements.length > 0 && pool.idleCount === pool.totalCount).toBe(true);
       const [middle] = await db.sql<{ id: string }>(`SELECT (min(id) + max(id)) / 2 AS id FROM ${jobs}`);
       // Budgets in rows read by scan nodes. A window is LIST_WINDOW rows (twice when the page is
       // not full: once filtered, once for its lower edge); /api/history reads the last hour's

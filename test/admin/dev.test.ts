@@ -127,8 +127,10 @@ function spawnDev(dataDir: string, port: number) {
   child.stderr.on('data', (chunk: Buffer) => {
     err += chunk.toString();
   });
+  // 'close', not 'exit': 'exit' may come before the last output has been read from the pipes,
+  // and the tests read the output once the process has ended.
   const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
+    child.once('close', (code, signal) => resolve({ code, signal })),
   );
   return { child, stdout: () => out, stderr: () => err, exit };
 }

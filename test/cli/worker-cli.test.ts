@@ -61,8 +61,10 @@ function start(args: string[], options: CliOptions = {}): Running {
   const child = spawnCli(args, { url: db.url, ...options });
   children.push(child);
   const out = { stdout: '', stderr: '' };
+  // 'close', not 'exit': 'exit' may come before the last output has been read from the pipes
+  // (the "stopped" line was then missing from stdout now and then).
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => resolve({ code, signal })),
+    child.once('close', (code, signal) => resolve({ code, signal })),
   );
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
     out.stdout += chunk;
@@ -85,9 +87,6 @@ function start(args: string[], options: CliOptions = {}): Running {
         const match = pattern.exec(out[stream]);
         if (match) return match;
         if (done || Date.now() > deadline) {
-          await sleep(50); // let the last output arrive
-          const late = pattern.exec(out[stream]);
-          if (late) return late;
           throw new Error(
             `${pattern} not on ${stream} (${done ? 'the process exited' : `within ${timeoutMs} ms`})\n--- stdout\n${out.stdout}--- stderr\n${out.stderr}`,
           );

@@ -70,7 +70,8 @@ describeWithPgBouncer('CLI workers behind PgBouncer in transaction mode', () => 
       err += chunk;
     });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      child.once('exit', (code, signal) => resolve({ code, signal })),
+      // 'close', not 'exit': the output is complete only once the pipes have closed
+      child.once('close', (code, signal) => resolve({ code, signal })),
     );
     return { child, exited, stdout: () => out, stderr: () => err };
   }

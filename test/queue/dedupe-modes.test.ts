@@ -44,8 +44,11 @@ async function rowsWithKey(key: string) {
 describe('throttle: dedupe.windowMs', () => {
   test('40 racing enqueues: one job; the key stays taken after it finished, until the window ends', async () => {
     const key = 'throttle:1';
+    // The window must outlast the two rounds of 40 enqueues and the claim between them: 4 s,
+    // not the 1.5 s it was, which a loaded machine (the suite's files run side by side) could
+    // use up before the "during" round had decided, and that round then created a job.
     const enqueue = (i: number) =>
-      (queues[i % 4] as Queue).enqueue('dm.throttle', { i }, { dedupeKey: key, dedupe: { windowMs: 1_500 } });
+      (queues[i % 4] as Queue).enqueue('dm.throttle', { i }, { dedupeKey: key, dedupe: { windowMs: 4_000 } });
     const first = await Promise.all(Array.from({ length: 40 }, (_, i) => enqueue(i)));
     const created = first.filter((r) => r.created);
     expect(created).toHaveLength(1);
@@ -59,7 +62,7 @@ describe('throttle: dedupe.windowMs', () => {
     expect(await rowsWithKey(key)).toHaveLength(1);
 
     // After the window: exactly one new holder, whatever the race.
-    await sleep(1_600);
+    await sleep(4_100);
     const after = await Promise.all(Array.from({ length: 40 }, (_, i) => enqueue(i)));
     expect(after.filter((r) => r.created)).toHaveLength(1);
     expect(await rowsWithKey(key)).toHaveLength(2);

@@ -319,6 +319,7 @@ describe('group limits across racing workers', () => {
       pollIntervalMs: 60_000,
       tasks: {
         'g.first': async () => {
+          startedAt.first = Date.now();
           await sleep(400);
           finishedAt.first = Date.now();
         },
@@ -334,10 +335,15 @@ describe('group limits across racing workers', () => {
     });
     await w1.start();
     await queue.enqueue('g.first', null, { queue: 'handoff', group: 'A' });
-    await sleep(150); // the first job is running: the group is full
+    // The first job is running: the group is full. (A fixed 150 ms sleep here let the second job
+    // be enqueued before the first was claimed on a loaded machine; it then started first, and
+    // the check below compared with a finish that had not happened: NaN.)
+    await expect.poll(() => startedAt.first, { timeout: 5_000 }).toBeDefined();
     await w2.start();
     await queue.enqueue('g.second', null, { queue: 'handoff', group: 'A' });
     await expect.poll(() => startedAt.second, { timeout: 5_000 }).toBeDefined();
+    expect(finishedAt.first, 'the second job started before the first finished').toBeDefined();
+    expect(startedAt.second as number).toBeGreaterThanOrEqual(finishedAt.first as number);
     expect((startedAt.second as number) - (finishedAt.first as number)).toBeLessThan(1_500);
     await Promise.all([w1.stop(), w2.stop()]);
   });

@@ -337,7 +337,9 @@ describe('a running worker', () => {
     });
     // overlap: true: a tick whose predecessor's job has not run yet (a loaded machine) still fires.
     await db.queue().schedule('hb', { cron: '* * * * * *', task: 'hb.task', overlap: true });
-    await new Promise((resolve) => setTimeout(resolve, 3_300));
+    // Two ticks fired and their jobs run (waited for: a fixed 3.3 s sleep here was not always
+    // enough for the second tick's job on a loaded machine).
+    await expect.poll(() => fired.length >= 2 && ran.length >= 2, { timeout: 10_000 }).toBe(true);
     await db.queue().unschedule('hb');
     await worker.stop();
     expect(fired.length).toBeGreaterThanOrEqual(2);

@@ -20,6 +20,7 @@ import {
   type SpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, expect, test } from 'vitest';
+import type { Worker } from '../../src/worker/worker.js';
 import { useTestDatabase } from '../support/database.js';
 
 const db = useTestDatabase();
@@ -46,6 +47,34 @@ afterAll(() => {
   propagation.disable();
   context.disable();
 });
+
+/**
+ * The first outcome of job `id` on `worker` ('done', 'retry', 'dead' or 'cancelled'). Call it
+ * before start(). These tests used to sleep 1–1.5 s and then read the row: on a loaded machine
+ * the attempt had not finished by then.
+ */
+function firstOutcome(worker: Worker, id: string, timeoutMs = 20_000): Promise<string> {
+  const names = ['job:done', 'job:retry', 'job:dead', 'job:cancelled'] as const;
+  return new Promise((resolve, reject) => {
+    const listeners = names.map((name) => {
+      const listener = ({ job }: { job: { id: string } }) => {
+        if (job.id !== id) return;
+        finish();
+        resolve(name.slice('job:'.length));
+      };
+      worker.on(name, listener);
+      return [name, listener] as const;
+    });
+    const timer = setTimeout(() => {
+      finish();
+      reject(new Error(`job ${id} had no outcome within ${timeoutMs} ms`));
+    }, timeoutMs);
+    function finish() {
+      clearTimeout(timer);
+      for (const [name, listener] of listeners) worker.off(name, listener);
+    }
+  });
+}
 
 const count = async (task: string) =>
   Number((await db.sql<{ n: string }>(`SELECT count(*) n FROM ${db.jobs} WHERE task = $1`, [task]))[0]!.n);
@@ -103,10 +132,11 @@ test('a propagator whose extract throws: the attempt still runs and completes', 
   const errors: string[] = [];
   const worker = db.worker({ tasks: { 'r3.task': async () => void calls++ }, queue });
   worker.on('error', (e: unknown) => errors.push(String((e as { error?: unknown }).error ?? e)));
+  const outcome = firstOutcome(worker, id);
   await worker.start();
-  await new Promise((r) => setTimeout(r, 1500));
+  expect(await outcome).toBe('done');
+  await worker.stop({ timeoutMs: 500 }); // the attempt's span has ended: its errors are in
   const [row] = await db.sql<{ status: string }>(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]);
-  await worker.stop({ timeoutMs: 500 });
   expect({ calls, status: row?.status, errors }).toEqual({ calls: 1, status: 'done', errors: [] });
 });
 
@@ -136,8 +166,9 @@ test('a span whose recordException throws: the handler failure is still recorded
     queue,
   });
   worker.on('error', () => undefined);
+  const outcome = firstOutcome(worker, id);
   await worker.start();
-  await new Promise((r) => setTimeout(r, 1500));
+  expect(await outcome).toBe('retry');
   const [row] = await db.sql<{ status: string; last_error: string | null }>(
     `SELECT status, last_error FROM ${db.jobs} WHERE id = $1`,
     [id],
@@ -231,9 +262,10 @@ test('a processor whose onEnd throws for consumer spans: the outcome is written,
   const errors: string[] = [];
   const worker = db.worker({ tasks: { 'r8.task': async () => 1 }, queue });
   worker.on('error', (e: unknown) => errors.push(String((e as { error?: unknown }).error ?? e)));
+  const outcome = firstOutcome(worker, id);
   await worker.start();
-  await new Promise((r) => setTimeout(r, 1000));
-  await worker.stop({ timeoutMs: 500 });
+  expect(await outcome).toBe('done');
+  await worker.stop({ timeoutMs: 500 }); // waits for the attempt, whose span ends after the outcome
   const [row] = await db.sql<{ status: string }>(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]);
   expect({ status: row?.status, errors }).toEqual({ status: 'done', errors: [] });
 });
@@ -254,12 +286,15 @@ test('extract throwing on every attempt: the handler runs once and the job is do
   let calls = 0;
   const worker = db.worker({ tasks: { 'r3b.task': async () => void calls++ }, queue });
   worker.on('error', () => undefined);
+  const outcome = firstOutcome(worker, id);
   await worker.start();
-  for (let i = 0; i < 3; i++) {
-    await new Promise((r) => setTimeout(r, 700));
-    await db.expireLease(id).catch(() => undefined);
-    await queue.reap();
-  }
+  // The first attempt's outcome, then a crash's aftermath (its lease expired and reaped): a job
+  // done on its first attempt is left alone. (Before, three rounds of a 700 ms sleep, expiry and
+  // reap: on a loaded machine the expiry came while the attempt still ran, which reaped it and
+  // ran the handler twice.)
+  expect(await outcome).toBe('done');
+  await db.expireLease(id).catch(() => undefined);
+  await queue.reap();
   await worker.stop({ timeoutMs: 500 });
   const [row] = await db.sql<{ status: string; attempts: number; last_error: string | null }>(
     `SELECT status, attempts, last_error FROM ${db.jobs} WHERE id = $1`,

@@ -89,7 +89,8 @@ function startCliWorker(): CliWorker {
   let out = '';
   let err = '';
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.once('exit', (code, signal) => resolve({ code, signal }));
+    // 'close', not 'exit': the "stopped" line is read once the pipes have closed too
+    child.once('close', (code, signal) => resolve({ code, signal }));
   });
   const started = new Promise<string>((resolve, reject) => {
     child.stdout?.setEncoding('utf8');

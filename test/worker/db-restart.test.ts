@@ -222,6 +222,9 @@ test('database restart mid-run: every job done once, the worker reconnects, wake
       `wake-up after restart p50 ${p50.toFixed(1)} ms, max ${max.toFixed(1)} ms; ` +
       `${errors.length} errors reported (${errorKinds.join('; ')})`,
   );
-  expect(p50).toBeLessThan(100);
-  expect(max).toBeLessThan(1_000);
+  // Wake-ups again, not the 60 s poll. Generous for a loaded machine: the same figure measured by
+  // wakeup.test.ts reached a p50 of 134 ms with other work on the 2 cores (issue 21); a worker
+  // whose LISTEN did not come back would not start these jobs within the 10 s above.
+  expect(p50).toBeLessThan(250);
+  expect(max).toBeLessThan(2_000);
 });

@@ -37,6 +37,46 @@ export function nextEvent<E extends keyof WorkerEvents>(
   return promise;
 }
 
+/**
+ * Resolves once `worker` has handled a notification whose payload is `payload` (a cancel, a
+ * hint). No event says so, so this wraps the worker's private handler until that one comes.
+ * Call it *before* the action that sends the notification.
+ */
+export function heardNotification(worker: Worker, payload: string): Promise<void> {
+  const target = worker as unknown as { notified(payload: string): void };
+  const original = target.notified;
+  return new Promise((resolve) => {
+    target.notified = (received: string) => {
+      original.call(worker, received);
+      if (received !== payload) return;
+      delete (target as { notified?: unknown }).notified; // the prototype's handler again
+      resolve();
+    };
+  });
+}
+
+/**
+ * Holds the worker's next LISTEN reconnection until the returned function is called, so a test
+ * can act while the listener is certainly down (the first reconnect comes 75–125 ms after the
+ * loss, which a loaded machine's round trips can outlast). Wraps a private method.
+ */
+export function holdListenerReconnect(worker: Worker): () => void {
+  type Connecting = { connect(): Promise<void> };
+  const listener = (worker as unknown as { listener: Connecting | null }).listener;
+  if (listener === null) throw new Error('the worker has no LISTEN connection');
+  const connect = listener.connect;
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  listener.connect = async () => {
+    await released;
+    delete (listener as { connect?: unknown }).connect; // the prototype's method again
+    return connect.call(listener);
+  };
+  return release;
+}
+
 /** Records every event a worker emits from now on, in order: name, job id (if any), payload. */
 export function recordEvents(worker: Worker): { name: string; jobId?: string; payload: unknown }[] {
   const log: { name: string; jobId?: string; payload: unknown }[] = [];

@@ -20,7 +20,7 @@
  */
 import { expect, test } from 'vitest';
 import { useTestDatabase } from '../support/database.js';
-import { gate, nextEvent, recordEvents, startWorker, within } from './helpers.js';
+import { gate, heardNotification, nextEvent, recordEvents, startWorker, within } from './helpers.js';
 
 const db = useTestDatabase();
 
@@ -187,9 +187,13 @@ test('a job cancelled while it waits in the local queue ends cancelled and its h
   const second = await queue.enqueue('pf.cancel', {});
   await expect.poll(async () => (await queue.get(second.id))?.status).toBe('running'); // held
   const cancelled = nextEvent(worker, 'job:cancelled', (e) => e.job.id === second.id);
+  // Only the NOTIFY tells the worker (the next heartbeat is 20 s away): wait until the worker has
+  // handled it. (A fixed 200 ms wait here was not always enough on a loaded machine: the slot
+  // then freed before the worker knew, and the held job started.) No event says so, hence the
+  // wrapper around the worker's notification handler.
+  const heard = heardNotification(worker, `cancel:${second.id}`);
   expect(await queue.cancelOrThrow(second.id)).toMatchObject({ wasRunning: true });
-  // Only the NOTIFY tells the worker (the next heartbeat is 20 s away): give it time to arrive.
-  await new Promise((resolve) => setTimeout(resolve, 200));
+  await within(heard, 5_000, 'the worker got the cancel notification');
   blocking.open();
   await within(cancelled, 5_000, 'job:cancelled for the held job');
   expect(started).toEqual([first.id]);

@@ -391,15 +391,39 @@ function renderJobs(page) {
 
 // ---------------------------------------------------------------- job detail
 
+/**
+ * Shows job `id` in the dialog once it has loaded. `data-loading` names the job while it loads.
+ * A job whose dialog was closed, or that another job replaced, while it loaded is not shown: a
+ * dialog the user closed stays closed.
+ */
 async function openJob(id) {
   const dialog = $('detail');
   state.openJob = id;
+  dialog.dataset.loading = id;
   setText($('action-message'), '');
   try {
-    renderDetail(await api(`/jobs/${encodeURIComponent(id)}`));
+    const job = await api(`/jobs/${encodeURIComponent(id)}`);
+    if (state.openJob !== id) return;
+    renderDetail(job);
     if (!dialog.open) dialog.showModal();
   } catch (error) {
     report(error);
+  } finally {
+    if (dialog.dataset.loading === id) delete dialog.dataset.loading;
+  }
+}
+
+/**
+ * The dialog closed (Escape, its ✕ button, a route): no job is open any more, and the address
+ * names the page underneath again. Called from a MutationObserver on `open`, that is in the task
+ * that closed the dialog; the `close` event comes a task later, when a keystroke or click that
+ * came after the closing may already have run (and the address could still name the job).
+ */
+function detailClosed() {
+  state.openJob = null;
+  if (JOB_ROUTE.test(location.hash)) {
+    const page = state.flow ? `#/flows/${encodeURIComponent(state.flow.id)}` : '#/';
+    history.replaceState(null, '', page);
   }
 }
 
@@ -506,7 +530,8 @@ async function act(action) {
   try {
     await api(`/jobs/${encodeURIComponent(id)}/${action}`, { method: 'POST' });
     setText($('action-message'), `${verb}: done.`);
-    renderDetail(await api(`/jobs/${encodeURIComponent(id)}`));
+    const job = await api(`/jobs/${encodeURIComponent(id)}`);
+    if (state.openJob === id) renderDetail(job);
     await refresh();
   } catch (error) {
     setText($('action-message'), error.message);
@@ -821,6 +846,7 @@ function route() {
   const flow = FLOW_ROUTE.exec(hash);
   const flowId = flow ? decodeURIComponent(flow[1]) : null;
   if ($('detail').open) $('detail').close();
+  else detailClosed(); // a job still loading is not shown over this page
   if (flowId === (state.flow?.id ?? null)) return;
   state.flow = flowId === null ? null : { id: flowId, key: null, at: 0, large: false };
   $('overview').hidden = flowId !== null;
@@ -856,8 +882,12 @@ async function refresh() {
   try {
     if (state.flow) await refreshFlow();
     else await refreshOverview();
-    if (state.openJob && $('detail').open)
-      renderDetail(await api(`/jobs/${encodeURIComponent(state.openJob)}`));
+    const id = state.openJob;
+    if (id && $('detail').open) {
+      const job = await api(`/jobs/${encodeURIComponent(id)}`);
+      // Another job opened, or the dialog closed, while this one loaded: not shown.
+      if (state.openJob === id && $('detail').open) renderDetail(job);
+    }
     connection(true, 'live');
     setText($('updated'), `updated ${new Date().toLocaleTimeString()}`);
     document.body.dataset.loaded = 'true';
@@ -945,14 +975,9 @@ $('schedules').addEventListener('click', (event) => {
 });
 $('action-requeue').addEventListener('click', () => void act('requeue'));
 $('action-cancel').addEventListener('click', () => void act('cancel'));
-$('detail').addEventListener('close', () => {
-  state.openJob = null;
-  // Closed over the page it was opened from: the address names that page again.
-  if (JOB_ROUTE.test(location.hash)) {
-    const page = state.flow ? `#/flows/${encodeURIComponent(state.flow.id)}` : '#/';
-    history.replaceState(null, '', page);
-  }
-});
+new MutationObserver(() => {
+  if (!$('detail').open) detailClosed();
+}).observe($('detail'), { attributes: true, attributeFilter: ['open'] });
 window.addEventListener('hashchange', route);
 $('auto-refresh').addEventListener('change', schedule);
 $('token-form').addEventListener('submit', (event) => {
