@@ -118,7 +118,8 @@ export class JobRun {
    */
   private leaseDeadlineWall = 0;
   /** The deadline as the database last confirmed it (a claim or a renewal; not a held lock). */
-  private confirmed = { mono: 0, wall: 0 };
+  private confirmedMono = 0;
+  private confirmedWall = 0;
   /** Set while ctx.transaction holds a session: cuts it when the lease is lost. */
   private cutTransaction: (() => void) | null = null;
   private transactionEnded: { promise: Promise<void>; resolve: () => void } | null = null;
@@ -181,7 +182,10 @@ export class JobRun {
     if (this.leaseExpired || this.phase === 'finished') return;
     const deadline = sentAt + this.leaseMs - leaseMargin(this.leaseMs);
     const wall = Date.now() + (deadline - performance.now());
-    if (deadline > this.confirmed.mono) this.confirmed = { mono: deadline, wall };
+    if (deadline > this.confirmedMono) {
+      this.confirmedMono = deadline;
+      this.confirmedWall = wall;
+    }
     if (deadline > this.leaseDeadline) this.setDeadline(deadline, wall);
   }
 
@@ -204,7 +208,7 @@ export class JobRun {
    */
   revertToConfirmed(): void {
     if (this.leaseExpired || this.phase === 'finished') return;
-    this.setDeadline(this.confirmed.mono, this.confirmed.wall);
+    this.setDeadline(this.confirmedMono, this.confirmedWall);
     this.checkLease();
   }
 
