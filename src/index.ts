@@ -29,17 +29,19 @@ export {
 } from './errors.js';
 export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';
 export { Queue, type QueueOptions } from './queue.js';
-export {
-  defineTask,
-  type InferInput,
-  type InferOutput,
-  type SchemaIssue,
-  type SchemaResult,
-  type StandardSchemaV1,
-  type Task,
-  type TaskConfig,
-  type TaskSettings,
-} from './task/task.js';
+export { defineTask, type TaskConfig } from './task/task.js';
+export type {
+  Handler,
+  InferInput,
+  InferOutput,
+  JobContext,
+  SchemaIssue,
+  SchemaResult,
+  StandardSchemaV1,
+  Task,
+  TaskJobSpec,
+  TaskSettings,
+} from './task-types.js';
 export {
   type BackoffJitter,
   type BackoffOptions,
@@ -76,8 +78,7 @@ export {
   type RequeueOutcome,
   type Schedule,
   type ScheduleOptions,
-  type TaskJobSpec,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
-export type { Handler, JobContext, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';
+export type { TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';
 export { Worker, type WorkerStats } from './worker/worker.js';

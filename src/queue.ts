@@ -40,9 +40,9 @@ import {
   checkSpecPayloads,
   isTask,
   specsWithTaskDefaults,
-  type Task,
   withTaskDefaults,
 } from './task/task.js';
+import type { Task, TaskJobSpec } from './task-types.js';
 import type {
   CancelOutcome,
   ClaimedJob,
@@ -71,7 +71,6 @@ import type {
   RequeueOutcome,
   Schedule,
   ScheduleOptions,
-  TaskJobSpec,
 } from './types.js';
 
 export { MAX_CLAIM_LIMIT } from './core/queue-args.js';

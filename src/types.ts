@@ -1,6 +1,7 @@
-/** Public types of Skiplock's API (SPEC §2–3). */
-
-import type { Task } from './task/task.js';
+/**
+ * Public types of Skiplock's API (SPEC §2–3). The ground floor: this file imports nothing (the
+ * types of tasks and handlers, which name these, are in src/task-types.ts).
+ */
 
 /**
  * Where a job is in its life. `pending` and `running` are active; `waiting` is a job whose
@@ -226,16 +227,6 @@ export interface EnqueueCallOptions {
 export interface JobSpec extends EnqueueOptions {
   task: string;
   payload?: unknown;
-}
-
-/**
- * One job of `enqueueMany` for a task made by `defineTask` (SPEC §9): its payload is checked
- * against the task's schema at run time (before anything is written), its defaults used.
- */
-export interface TaskJobSpec extends EnqueueOptions {
-  // biome-ignore lint/suspicious/noExplicitAny: a batch mixes tasks of any payload type.
-  task: Task<any, any, any>;
-  payload: unknown;
 }
 
 /** Result of one enqueue. `created: false` is a dedupe hit; `id` is then the active holder's. */

@@ -10,53 +10,16 @@ import { computeBackoff } from '../core/backoff.js';
 import { toNewJob } from '../core/job-spec.js';
 import { optionsObject, rejectUnknownKeys, requireName } from '../core/validate.js';
 import { PermanentError, ValidationError } from '../errors.js';
-import type { BackoffOptions } from '../types.js';
-import type { JobContext } from '../worker/options.js';
-
-/** One problem a schema found (the Standard Schema issue shape). */
-export interface SchemaIssue {
-  readonly message: string;
-  readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
-}
-
-/** A validation's outcome: the (possibly transformed) value, or the issues. */
-export type SchemaResult<Output> =
-  | { readonly value: Output; readonly issues?: undefined }
-  | { readonly issues: ReadonlyArray<SchemaIssue> };
-
-/**
- * The Standard Schema interface (version 1), as Skiplock reads it: zod ≥ 3.24, valibot ≥ 1 and
- * arktype ≥ 2 implement it, and so can any validator.
- */
-export interface StandardSchemaV1<Input = unknown, Output = Input> {
-  readonly '~standard': {
-    readonly version: 1;
-    readonly vendor: string;
-    readonly validate: (value: unknown) => SchemaResult<Output> | Promise<SchemaResult<Output>>;
-    readonly types?: { readonly input: Input; readonly output: Output } | undefined;
-  };
-}
-
-/** What a schema accepts (the payload type of `enqueue`). */
-export type InferInput<S extends StandardSchemaV1> = NonNullable<S['~standard']['types']>['input'];
-/** What a schema gives (the payload type of the handler). */
-export type InferOutput<S extends StandardSchemaV1> = NonNullable<S['~standard']['types']>['output'];
-
-/** The settings a task carries besides its name, schema and handler. */
-export interface TaskSettings {
-  /** Queue of its jobs (default 'default'); an enqueue's own `queue` wins. */
-  queue?: string;
-  /** Priority of its jobs (lower runs first; default 100); an enqueue's own wins. */
-  priority?: number;
-  /** Attempts before its jobs go dead (default 3); an enqueue's own wins. */
-  maxAttempts?: number;
-  /** Deadline of one attempt; an enqueue's own `timeoutMs` wins. */
-  timeoutMs?: number;
-  /** Backoff between its attempts (instead of the worker's and the queue's). */
-  backoff?: BackoffOptions;
-  /** `false`: this error is not worth another attempt — the job goes dead at once. */
-  retryIf?: (error: unknown) => boolean;
-}
+import type {
+  InferInput,
+  InferOutput,
+  JobContext,
+  SchemaIssue,
+  SchemaResult,
+  StandardSchemaV1,
+  Task,
+  TaskSettings,
+} from '../task-types.js';
 
 /** What {@link defineTask} takes. */
 export interface TaskConfig<S extends StandardSchemaV1, R> extends TaskSettings {
@@ -69,18 +32,6 @@ export interface TaskConfig<S extends StandardSchemaV1, R> extends TaskSettings 
    * (`ctx.job.payload` is the payload as stored: the schema's input.)
    */
   handler: (payload: InferOutput<S>, ctx: JobContext<InferInput<S>>) => R | Promise<R>;
-}
-
-/**
- * A defined task: pass it to `enqueue`/`enqueueMany` and to a Worker's `tasks`. `Input` is the
- * payload an enqueue takes, `Output` what the handler receives, `Result` what it returns.
- */
-export interface Task<Input = unknown, Output = Input, Result = unknown> extends Readonly<TaskSettings> {
-  readonly name: string;
-  readonly schema: StandardSchemaV1<Input, Output>;
-  readonly handler: (payload: Output, ctx: JobContext<Input>) => Result | Promise<Result>;
-  /** Marks a defined task (as opposed to a task name). */
-  readonly kind: 'skiplock.task';
 }
 
 const CONFIG_KEYS = [

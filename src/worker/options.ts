@@ -11,48 +11,12 @@ import {
 } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
 import { Queue, type QueueOptions } from '../queue.js';
-import { isTask, payloadRejected, type Task, validatePayload } from '../task/task.js';
-import type { BackoffOptions, ClaimedJob, DependencyState, Logger } from '../types.js';
+import { isTask, payloadRejected, validatePayload } from '../task/task.js';
+import type { Handler, Task } from '../task-types.js';
+import type { BackoffOptions, Logger } from '../types.js';
 
-/** What a handler receives besides the payload. */
-export interface JobContext<P = unknown> {
-  /** The claimed job, with its lease. */
-  job: ClaimedJob<P>;
-  /**
-   * Aborted when the job must stop: its deadline passed (reason: a `JobDeadlineExceeded`), it
-   * was cancelled, the worker lost its lease, or the worker is stopping past its timeout.
-   */
-  signal: AbortSignal;
-  /**
-   * Runs `fn` in one database transaction that also completes the job with `fn`'s return value:
-   * the handler's own writes and the completion commit together or not at all, so they happen
-   * exactly once even if the worker crashes at the worst moment. Call it at most once.
-   */
-  transaction<T>(fn: (client: import('pg').PoolClient) => Promise<T>): Promise<T>;
-  /**
-   * Reports progress (any JSON value): stored on the job, shown by `get`, the API and the
-   * dashboard, kept after the job finishes (SPEC §9). The first report of an attempt is written
-   * at once, later ones coalesced (at most four writes a second, the latest value wins); the
-   * last one is written before the job's outcome (inside ctx.transaction: with the completion).
-   * Each write renews the lease. Returns at once (nothing to await); a value JSON cannot hold
-   * (BigInt, a cycle, NaN or ±Infinity anywhere in it) throws a ValidationError naming its path
-   * (`progress.rate`) and writes nothing. A runaway's reports (abandoned, stopped, lease lost)
-   * are dropped.
-   */
-  progress(value: unknown): void;
-  /**
-   * This job's dependencies (SPEC §10) with their status and result — keyed by ref for those of
-   * its own flow, else by job id. Empty for a job without dependencies.
-   */
-  dependencies(): Promise<Record<string, DependencyState>>;
-}
-
-/**
- * A task's handler. Its return value becomes the job's `result`. It must be JSON-serialisable:
- * one that is not (BigInt, a cycle, NaN or ±Infinity anywhere in it) fails the attempt — retried
- * like a thrown error — with a `lastError` naming the task and the value's path (SPEC §1.11).
- */
-export type Handler<P = unknown> = (payload: P, ctx: JobContext<P>) => Promise<unknown> | unknown;
+/** The handler types live on the ground floor (src/task-types.ts); the Worker's options name them. */
+export type { Handler, JobContext } from '../task-types.js';
 
 /** A handler with per-task settings. */
 export interface TaskDefinition<P = unknown> {

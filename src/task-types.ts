@@ -1,0 +1,115 @@
+/**
+ * Public types of tasks (SPEC §9), on the ground floor beside src/types.ts: the Standard Schema a
+ * task's payload is checked with, a task's settings, the task itself, its handler and the
+ * context the handler receives. Types only, so that every layer can name them; what gives them
+ * behaviour sits above — `defineTask` in src/task/task.ts, the Worker that calls handlers in
+ * src/worker/.
+ */
+import type { BackoffOptions, ClaimedJob, DependencyState, EnqueueOptions } from './types.js';
+
+/** One problem a schema found (the Standard Schema issue shape). */
+export interface SchemaIssue {
+  readonly message: string;
+  readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
+}
+
+/** A validation's outcome: the (possibly transformed) value, or the issues. */
+export type SchemaResult<Output> =
+  | { readonly value: Output; readonly issues?: undefined }
+  | { readonly issues: ReadonlyArray<SchemaIssue> };
+
+/**
+ * The Standard Schema interface (version 1), as Skiplock reads it: zod ≥ 3.24, valibot ≥ 1 and
+ * arktype ≥ 2 implement it, and so can any validator.
+ */
+export interface StandardSchemaV1<Input = unknown, Output = Input> {
+  readonly '~standard': {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (value: unknown) => SchemaResult<Output> | Promise<SchemaResult<Output>>;
+    readonly types?: { readonly input: Input; readonly output: Output } | undefined;
+  };
+}
+
+/** What a schema accepts (the payload type of `enqueue`). */
+export type InferInput<S extends StandardSchemaV1> = NonNullable<S['~standard']['types']>['input'];
+/** What a schema gives (the payload type of the handler). */
+export type InferOutput<S extends StandardSchemaV1> = NonNullable<S['~standard']['types']>['output'];
+
+/** The settings a task carries besides its name, schema and handler. */
+export interface TaskSettings {
+  /** Queue of its jobs (default 'default'); an enqueue's own `queue` wins. */
+  queue?: string;
+  /** Priority of its jobs (lower runs first; default 100); an enqueue's own wins. */
+  priority?: number;
+  /** Attempts before its jobs go dead (default 3); an enqueue's own wins. */
+  maxAttempts?: number;
+  /** Deadline of one attempt; an enqueue's own `timeoutMs` wins. */
+  timeoutMs?: number;
+  /** Backoff between its attempts (instead of the worker's and the queue's). */
+  backoff?: BackoffOptions;
+  /** `false`: this error is not worth another attempt — the job goes dead at once. */
+  retryIf?: (error: unknown) => boolean;
+}
+
+/**
+ * A defined task: pass it to `enqueue`/`enqueueMany` and to a Worker's `tasks`. `Input` is the
+ * payload an enqueue takes, `Output` what the handler receives, `Result` what it returns.
+ */
+export interface Task<Input = unknown, Output = Input, Result = unknown> extends Readonly<TaskSettings> {
+  readonly name: string;
+  readonly schema: StandardSchemaV1<Input, Output>;
+  readonly handler: (payload: Output, ctx: JobContext<Input>) => Result | Promise<Result>;
+  /** Marks a defined task (as opposed to a task name). */
+  readonly kind: 'skiplock.task';
+}
+
+/** What a handler receives besides the payload. */
+export interface JobContext<P = unknown> {
+  /** The claimed job, with its lease. */
+  job: ClaimedJob<P>;
+  /**
+   * Aborted when the job must stop: its deadline passed (reason: a `JobDeadlineExceeded`), it
+   * was cancelled, the worker lost its lease, or the worker is stopping past its timeout.
+   */
+  signal: AbortSignal;
+  /**
+   * Runs `fn` in one database transaction that also completes the job with `fn`'s return value:
+   * the handler's own writes and the completion commit together or not at all, so they happen
+   * exactly once even if the worker crashes at the worst moment. Call it at most once.
+   */
+  transaction<T>(fn: (client: import('pg').PoolClient) => Promise<T>): Promise<T>;
+  /**
+   * Reports progress (any JSON value): stored on the job, shown by `get`, the API and the
+   * dashboard, kept after the job finishes (SPEC §9). The first report of an attempt is written
+   * at once, later ones coalesced (at most four writes a second, the latest value wins); the
+   * last one is written before the job's outcome (inside ctx.transaction: with the completion).
+   * Each write renews the lease. Returns at once (nothing to await); a value JSON cannot hold
+   * (BigInt, a cycle, NaN or ±Infinity anywhere in it) throws a ValidationError naming its path
+   * (`progress.rate`) and writes nothing. A runaway's reports (abandoned, stopped, lease lost)
+   * are dropped.
+   */
+  progress(value: unknown): void;
+  /**
+   * This job's dependencies (SPEC §10) with their status and result — keyed by ref for those of
+   * its own flow, else by job id. Empty for a job without dependencies.
+   */
+  dependencies(): Promise<Record<string, DependencyState>>;
+}
+
+/**
+ * A task's handler. Its return value becomes the job's `result`. It must be JSON-serialisable:
+ * one that is not (BigInt, a cycle, NaN or ±Infinity anywhere in it) fails the attempt — retried
+ * like a thrown error — with a `lastError` naming the task and the value's path (SPEC §1.11).
+ */
+export type Handler<P = unknown> = (payload: P, ctx: JobContext<P>) => Promise<unknown> | unknown;
+
+/**
+ * One job of `enqueueMany` for a task made by `defineTask` (SPEC §9): its payload is checked
+ * against the task's schema at run time (before anything is written), its defaults used.
+ */
+export interface TaskJobSpec extends EnqueueOptions {
+  // biome-ignore lint/suspicious/noExplicitAny: a batch mixes tasks of any payload type.
+  task: Task<any, any, any>;
+  payload: unknown;
+}
