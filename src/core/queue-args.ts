@@ -3,7 +3,6 @@
  * key and value and returns what the engine needs, or throws a ValidationError (nothing written).
  */
 import { ValidationError } from '../errors.js';
-import type { QueueChange } from '../store/queues.js';
 import type { ClaimOptions, Lease, ListOptions, PruneOptions, QueueConfigOptions } from '../types.js';
 import {
   optionalNameList,
@@ -17,6 +16,15 @@ import {
   requireStatus,
   toJsonText,
 } from './validate.js';
+
+/** A change of configuration (store/queues.ts writes it): `undefined` leaves a setting as it is, `null` clears a limit. */
+export interface QueueChange {
+  paused?: boolean;
+  concurrency?: number | null;
+  rateLimit?: { limit: number; periodMs: number } | null;
+  groupConcurrency?: number | null;
+  groupRateLimit?: { limit: number; periodMs: number } | null;
+}
 
 /** Most jobs one claim may take. */
 export const MAX_CLAIM_LIMIT = 10_000;

@@ -3,11 +3,46 @@
  * field, nothing written), and the mapping of a stored schedule row to the public `Schedule`.
  */
 import { ValidationError } from '../errors.js';
-import type { ScheduleFields, ScheduleRow } from '../store/schedule.js';
 import type { CatchUp, Schedule, ScheduleOptions } from '../types.js';
 import { requireCron } from './cron.js';
 import { DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_MAX_ATTEMPTS } from './job-spec.js';
 import { optionsObject, rejectUnknownKeys, requireInt, requireName, toJsonText } from './validate.js';
+
+/** A schedule row as the statements of store/schedule.ts return it (timestamps as epoch ms). */
+export interface ScheduleRow {
+  name: string;
+  cron: string;
+  tz: string;
+  task: string;
+  payload: unknown;
+  queue: string;
+  priority: number;
+  max_attempts: number;
+  timeout_ms: number | null;
+  overlap: boolean;
+  catch_up: string;
+  paused: boolean;
+  next_run_at: number;
+  last_run_at: number | null;
+  last_job_id: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+/** A schedule's definition, validated (toScheduleSpec). */
+export interface ScheduleFields {
+  name: string;
+  cron: string;
+  tz: string;
+  task: string;
+  payloadJson: string;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  timeoutMs: number | null;
+  overlap: boolean;
+  catchUp: string;
+}
 
 const KEYS = [
   'cron',

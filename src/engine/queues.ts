@@ -5,8 +5,10 @@
  * advisory lock, each claim taking a new snapshot after the lock so that it sees every claim
  * before it: its concurrency and rate limit are never exceeded, however many workers race.
  */
+
+import type { QueueChange } from '../core/queue-args.js';
 import { type Executor, inTransaction } from '../db/executor.js';
-import type { QueueChange, QueueRow } from '../store/queues.js';
+import type { QueueRow } from '../store/queues.js';
 import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
 import { CoalescedHint } from './coalesced-hint.js';
 import type { Engine } from './engine.js';

@@ -34,8 +34,8 @@ export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
 export { NEIGHBOUR_COUNT_LIMIT } from './neighbours.js';
 export { EXACT_COUNT_LIMIT, LIST_WINDOW, type StatusCounts } from './observe.js';
-export type { QueueChange, QueueRow } from './queues.js';
-export type { ScheduleRow, ScheduleWrite } from './schedule.js';
+export type { QueueRow } from './queues.js';
+export type { ScheduleWrite } from './schedule.js';
 
 export class JobStore {
   readonly schema: string;

@@ -5,6 +5,7 @@
  * schema is spliced once, everything else is a parameter.
  */
 import { type JobRow, toClaimedJob } from '../core/job-row.js';
+import type { QueueChange } from '../core/queue-args.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
 import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS, TRACE_CONTEXT } from './fragments.js';
@@ -20,15 +21,6 @@ export interface QueueRow {
   group_concurrency: number | null;
   group_rate_limit: number | null;
   group_rate_period_ms: number | null;
-}
-
-/** A change of configuration: `undefined` leaves a setting as it is, `null` clears a limit. */
-export interface QueueChange {
-  paused?: boolean;
-  concurrency?: number | null;
-  rateLimit?: { limit: number; periodMs: number } | null;
-  groupConcurrency?: number | null;
-  groupRateLimit?: { limit: number; periodMs: number } | null;
 }
 
 const QUEUE_COLUMNS =

@@ -4,45 +4,10 @@
  * one statement, inside one transaction. Each statement is defined next to the method that binds
  * its parameters; the quoted schema is spliced once, everything else is a parameter.
  */
+import type { ScheduleFields, ScheduleRow } from '../core/schedule-spec.js';
 import type { Executor } from '../db/executor.js';
 import { MS, ON_DEDUPE_CONFLICT } from './fragments.js';
 import { StatementFamily } from './runner.js';
-
-/** A schedule row as the statements return it (timestamps as epoch ms). */
-export interface ScheduleRow {
-  name: string;
-  cron: string;
-  tz: string;
-  task: string;
-  payload: unknown;
-  queue: string;
-  priority: number;
-  max_attempts: number;
-  timeout_ms: number | null;
-  overlap: boolean;
-  catch_up: string;
-  paused: boolean;
-  next_run_at: number;
-  last_run_at: number | null;
-  last_job_id: string | null;
-  created_at: number;
-  updated_at: number;
-}
-
-/** A schedule's definition, validated (core/schedule-spec.ts). */
-export interface ScheduleFields {
-  name: string;
-  cron: string;
-  tz: string;
-  task: string;
-  payloadJson: string;
-  queue: string;
-  priority: number;
-  maxAttempts: number;
-  timeoutMs: number | null;
-  overlap: boolean;
-  catchUp: string;
-}
 
 /** What the upsert writes: the definition, and the next run for a new or re-timed schedule. */
 export type ScheduleWrite = ScheduleFields & { nextRunAt: Date };
