@@ -3,14 +3,14 @@
  * that meet one in flight make exactly one more follow it. A failure is logged, never thrown
  * (the change holds; workers see it by their next poll).
  */
-import type { Engine } from './engine.js';
+import type { EngineCore } from './engine-core.js';
 
 export class CoalescedHint {
   private sending: Promise<void> | null = null;
   private again = false;
 
   constructor(
-    private readonly engine: Engine,
+    private readonly engine: EngineCore,
     private readonly payload: string,
     /** For the log line: "sending the <what> failed". */
     private readonly what: string,

@@ -12,7 +12,7 @@
 import { type BatchCallbacks, Batcher } from '../core/batcher.js';
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
-import type { Engine } from './engine.js';
+import type { EngineCore as Engine } from './engine-core.js';
 
 /** Most completions in one statement. */
 const MAX_BATCH = 1_000;

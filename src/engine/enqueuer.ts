@@ -3,15 +3,15 @@
  * enqueues, their dedupe rounds, and the wake-up hint after a batch committed.
  */
 
-import pg from 'pg';
 import { Batcher, type Settled } from '../core/batcher.js';
 import type { NewJob } from '../core/job-spec.js';
-import { isConnectionError, toDatabaseError } from '../db/database-error.js';
-import { type Executor, inTransaction, type PoolExecutor } from '../db/executor.js';
+import { isConnectionError } from '../db/database-error.js';
+import { type Executor, inTransaction } from '../db/executor.js';
 import { DatabaseError } from '../errors.js';
 import type { EnqueueResult } from '../types.js';
 import { CoalescedHint } from './coalesced-hint.js';
-import type { Engine } from './engine.js';
+import type { EngineCore } from './engine-core.js';
+import type { Flows } from './flows.js';
 
 /** A dedupe hit whose holder finishes between the insert and the lookup retries the insert. */
 const MAX_DEDUPE_ROUNDS = 10;
@@ -23,7 +23,11 @@ export class Enqueuer {
   /** Automatic batches being written now. */
   private flushing = 0;
 
-  constructor(private readonly engine: Engine) {
+  constructor(
+    private readonly engine: EngineCore,
+    /** §10 jobs with dependencies are written by the flows. */
+    private readonly flows: Flows,
+  ) {
     const tuning = engine.settings.batchEnqueue;
     this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), tuning) : null;
     this.hint = new CoalescedHint(engine, 'jobs', 'wake-up NOTIFY');
@@ -36,7 +40,7 @@ export class Enqueuer {
   enqueue(job: NewJob, db?: Executor): Promise<EnqueueResult> {
     // §10 a job with dependencies goes in with its edges, its dependencies locked
     if (job.dependsOn !== null)
-      return this.engine.flows.enqueueDependent([job], db).then((r) => r[0] as EnqueueResult);
+      return this.flows.enqueueDependent([job], db).then((r) => r[0] as EnqueueResult);
     const { tracing } = this.engine;
     // §9 one PRODUCER span per call, its trace context stored with the job (when tracing: no
     // closure or array is made for a call that cannot be traced)
@@ -60,7 +64,7 @@ export class Enqueuer {
    */
   enqueueMany(jobs: NewJob[], db?: Executor): Promise<EnqueueResult[]> {
     // §10 a batch with dependencies goes in with its edges (checked: none of it has a dedupe key)
-    if (jobs.some((job) => job.dependsOn !== null)) return this.engine.flows.enqueueDependent(jobs, db);
+    if (jobs.some((job) => job.dependsOn !== null)) return this.flows.enqueueDependent(jobs, db);
     const { tracing } = this.engine;
     // §9 one PRODUCER span for the whole call, its trace context stored with every job
     return tracing?.mayTrace()
@@ -76,7 +80,7 @@ export class Enqueuer {
       const order = jobs.map((job, index) => ({ job, index }));
       order.sort((a, b) => compareKeys(a.job.dedupeKey, b.job.dedupeKey) || a.index - b.index);
       const pendingKeys = jobs.filter((job) => job.dedupe?.scope === 'pending').map((job) => job.dedupeKey);
-      return this.atomically(db, async (tx) => {
+      return this.engine.atomically(db, async (tx) => {
         // scope 'pending': every key's lock first, in the one lock order (SQL's)
         if (pendingKeys.length > 0)
           await this.engine.store.enqueue.lockPendingKeys(tx, pendingKeys as string[]);
@@ -124,38 +128,9 @@ export class Enqueuer {
     if (mode?.replace) return this.insertDebounced(db ?? this.engine.pool, job);
     if (mode?.windowMs != null) {
       const windowMs = mode.windowMs;
-      return this.atomically(db, (tx) => this.insertThrottled(tx, job, windowMs));
+      return this.engine.atomically(db, (tx) => this.insertThrottled(tx, job, windowMs));
     }
     return this.insertOne(db ?? this.engine.pool, job);
-  }
-
-  /**
-   * Runs `fn` so that its statements hold their locks together until they are all done: in a
-   * transaction of its own on our pool (no `db`) or on a pool you passed; on your client, under
-   * a savepoint of your open transaction (rolled back to on failure, leaving your transaction
-   * usable) — or, when the client is not in a transaction, in one of its own. A throttle's
-   * window-row lock must be held until its job is written (§8).
-   */
-  async atomically<T>(db: Executor | undefined, fn: (tx: Executor) => Promise<T>): Promise<T> {
-    if (db === undefined) return inTransaction(this.engine.pool, fn);
-    if (isPool(db)) return inTransaction(db, fn);
-    try {
-      await db.query('SAVEPOINT skiplock_enqueue');
-    } catch (error) {
-      // 25P01: not in a transaction
-      if ((error as { code?: string }).code !== '25P01') throw toDatabaseError(error, this.engine.schema);
-      return ownTransaction(db, fn);
-    }
-    try {
-      const result = await fn(db);
-      await db.query('RELEASE SAVEPOINT skiplock_enqueue').catch((error: unknown) => {
-        throw toDatabaseError(error, this.engine.schema);
-      });
-      return result;
-    } catch (error) {
-      await db.query('ROLLBACK TO SAVEPOINT skiplock_enqueue').catch(() => undefined);
-      throw error;
-    }
   }
 
   /**
@@ -291,29 +266,6 @@ export class Enqueuer {
     } finally {
       this.flushing--;
     }
-  }
-}
-
-/**
- * A pg Pool — of this copy of pg or another (duck-typed: it counts its clients). A pool passed
- * as `client` has no transaction of the caller's to join: the statements get one of their own.
- * (`client` must otherwise be one connection: an adapter that spreads queries over a pool
- * cannot hold a transaction at all.)
- */
-function isPool(db: Executor): db is PoolExecutor {
-  return db instanceof pg.Pool || typeof (db as { totalCount?: unknown }).totalCount === 'number';
-}
-
-/** BEGIN … COMMIT on a client that is not in a transaction (ROLLBACK if `fn` throws). */
-async function ownTransaction<T>(db: Executor, fn: (tx: Executor) => Promise<T>): Promise<T> {
-  await db.query('BEGIN');
-  try {
-    const result = await fn(db);
-    await db.query('COMMIT');
-    return result;
-  } catch (error) {
-    await db.query('ROLLBACK').catch(() => undefined);
-    throw error;
   }
 }
 

@@ -18,7 +18,7 @@ import type {
   Job,
   JobDependencies,
 } from '../types.js';
-import type { Engine } from './engine.js';
+import type { EngineCore } from './engine-core.js';
 
 /** One job of a graph to write: the job, and its dependencies as node indexes and job ids. */
 interface GraphNode {
@@ -38,7 +38,7 @@ function isDeadlock(error: unknown): boolean {
 }
 
 export class Flows {
-  constructor(private readonly engine: Engine) {}
+  constructor(private readonly engine: EngineCore) {}
 
   /** A flow of new jobs (`order`: a topological order of `nodes`); their ids by ref. */
   async enqueueFlow(plan: { nodes: FlowNodePlan[]; order: number[] }, db?: Executor): Promise<FlowResult> {
@@ -112,7 +112,7 @@ export class Flows {
     const jobs = nodes.map((node) => node.job);
     const existing = [...new Set(nodes.flatMap((node) => node.idDeps))];
     const attempt = () =>
-      engine.enqueuer.atomically(db, async (tx) => {
+      engine.atomically(db, async (tx) => {
         const locked =
           existing.length > 0
             ? await engine.store.flows.lockDependencies(tx, existing)

@@ -10,19 +10,14 @@ import type { QueueChange } from '../core/queue-args.js';
 import { type Executor, inTransaction } from '../db/executor.js';
 import type { QueueRow } from '../store/queues.js';
 import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
-import { CoalescedHint } from './coalesced-hint.js';
 import type { Engine } from './engine.js';
 
 /** The NOTIFY payload that makes running workers re-read the queues' settings and claim. */
 export const QUEUE_HINT = 'queues';
-/** The NOTIFY payload of a job of a limited queue that finished: room for another one. */
-export const ROOM_HINT = 'queues:room';
 /** A limited queue whose claim lock another worker holds: look again after this long. */
 const LOCK_BUSY_RETRY_MS = 50;
 /** A limited claim that failed: look again after this long. */
 const ERROR_RETRY_MS = 1_000;
-/** How long a worker trusts its list of limited queues (a hint refreshes it at once). */
-const LIMITED_TTL_MS = 1_000;
 
 export function toQueueConfig(row: QueueRow): QueueConfig {
   return {
@@ -86,66 +81,6 @@ export async function listQueues(engine: Engine): Promise<QueueInfo[]> {
   for (const row of rows) Object.assign(entry(row.name), toQueueConfig(row));
   for (const { queue, status, count } of live) entry(queue)[status] = count;
   return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-}
-
-/** The queues with a limit and not paused, as a worker last read them (at most a second old). */
-export class LimitedQueues {
-  private rows: QueueRow[] = [];
-  private readAt = Number.NEGATIVE_INFINITY;
-  private reading: Promise<QueueRow[]> | null = null;
-  /** Bumped by invalidate(): a read that began before it does not count as fresh. */
-  private generation = 0;
-  private readonly roomHint: CoalescedHint;
-  /** Limited queues where a job finished on this worker since its last claim there. */
-  private readonly freedHere = new Set<string>();
-
-  constructor(private readonly engine: Engine) {
-    this.roomHint = new CoalescedHint(engine, ROOM_HINT, 'room hint');
-  }
-
-  invalidate(): void {
-    this.readAt = Number.NEGATIVE_INFINITY;
-    this.generation++;
-  }
-
-  /** A job of `queue` finished on this worker: its next claim passes on room it cannot use. */
-  freed(queue: string): void {
-    this.freedHere.add(queue);
-  }
-
-  /** Whether a job of `queue` finished here since the last claim from it (and forgets it). */
-  takeFreed(queue: string): boolean {
-    return this.freedHere.delete(queue);
-  }
-
-  /** Whether `queue` had a limit when last read (a finished job there frees room for a claim). */
-  has(queue: string): boolean {
-    return this.rows.some((row) => row.name === queue);
-  }
-
-  async current(): Promise<QueueRow[]> {
-    if (performance.now() - this.readAt < LIMITED_TTL_MS) return this.rows;
-    const generation = this.generation;
-    this.reading ??= this.engine.store.queues
-      .restricted(this.engine.pool)
-      .then((rows) => {
-        this.rows = rows.filter((row) => !row.paused);
-        if (generation === this.generation) this.readAt = performance.now();
-        return this.rows;
-      })
-      .finally(() => {
-        this.reading = null;
-      });
-    return this.reading;
-  }
-
-  /**
-   * A job of a limited queue left `running`: tell every worker (one NOTIFY in flight at a time,
-   * the rest coalesced), so that one waiting for room claims now rather than at its poll.
-   */
-  roomFreed(): void {
-    this.roomHint.send();
-  }
 }
 
 export interface WorkerClaim {

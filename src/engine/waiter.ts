@@ -19,7 +19,7 @@ import { finishedChannel } from '../db/identifier.js';
 import { NotificationListener } from '../db/listener.js';
 import { DatabaseError, NotFoundError, WaitTimeoutError } from '../errors.js';
 import type { Job } from '../types.js';
-import type { Engine } from './engine.js';
+import type { EngineCore } from './engine-core.js';
 
 /** The statuses a wait ends on. */
 const FINISHED: ReadonlySet<string> = new Set(['done', 'dead', 'cancelled']);
@@ -48,7 +48,7 @@ export class FinishWaiter {
   private pollEvery = 0;
 
   constructor(
-    private readonly engine: Engine,
+    private readonly engine: EngineCore,
     private readonly listen: boolean,
     /** The re-read intervals (tests lengthen them to see that nothing else is relied on). */
     private readonly tuning: { pollMs: number; safetyPollMs: number } = {

@@ -20,7 +20,8 @@ import { optionsObject, rejectUnknownKeys, requireMs } from '../core/validate.js
 import { isTransientError } from '../db/database-error.js';
 import { NotificationListener } from '../db/listener.js';
 import { type Engine, engineOf } from '../engine/engine.js';
-import { claimWithLimits, QUEUE_HINT, ROOM_HINT, roomFreedBy } from '../engine/queues.js';
+import { ROOM_HINT } from '../engine/limited-queues.js';
+import { claimWithLimits, QUEUE_HINT, roomFreedBy } from '../engine/queues.js';
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';

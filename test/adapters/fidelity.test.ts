@@ -10,7 +10,7 @@
  * once any statement failed, even one rolled back to a savepoint (docs/integrations.md).
  *
  * From a review: the aborted-transaction test failed for all 7 before toDatabaseError wrapped
- * the savepoint statements in Enqueuer.atomically.
+ * the savepoint statements in Enqueuer.atomically (now atomically, db/atomically.ts).
  */
 
 import { PrismaPg } from '@prisma/adapter-pg';

@@ -152,7 +152,7 @@ describe('pause and resume', () => {
 describe('pause on a limited queue', () => {
   test('a paused queue with a concurrency limit starts nothing either; resume starts its jobs', async () => {
     // Break: drop both guards — `AND NOT paused` in the limited claim's cfg (store/queues.ts)
-    // and the paused filter of LimitedQueues (engine/queues.ts) — and the paused queue's job
+    // and the paused filter of LimitedQueues (engine/limited-queues.ts) — and the paused queue's job
     // starts. (With one of them left, it holds: the statement guards a stale list.)
     const queue = db.queue();
     await queue.configureQueue('limited.paused', { concurrency: 2 });
