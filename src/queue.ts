@@ -26,7 +26,6 @@ import {
   requireName,
   toJsonText,
 } from './core/validate.js';
-import { inTransaction } from './db/executor.js';
 import { cancelOrThrow, prune, requeueDead, requeueOrThrow } from './engine/bulk-ops.js';
 import { attachEngine, Engine } from './engine/engine.js';
 import * as queues from './engine/queues.js';
@@ -305,7 +304,7 @@ export class Queue {
 
   /** Runs `fn` in one transaction (ROLLBACK if it throws); pass its client to `enqueue`/`complete`. */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.open().pool, (session) => fn(session as pg.PoolClient));
+    return this.open().transaction((session) => fn(session as pg.PoolClient));
   }
 
   /**

@@ -12,7 +12,7 @@ import pg from 'pg';
 import { computeBackoff } from '../core/backoff.js';
 import { requireInt, requireName } from '../core/validate.js';
 import { atomically } from '../db/atomically.js';
-import { type Executor, isExecutor } from '../db/executor.js';
+import { type Executor, inTransaction, isExecutor } from '../db/executor.js';
 import { endClient } from '../db/listener.js';
 import { ManagedPool } from '../db/managed-pool.js';
 import { fromReadReplica } from '../db/replica-error.js';
@@ -113,6 +113,11 @@ export class EngineCore {
         `skiplock: sending the ${what} hint failed`,
       );
     }
+  }
+
+  /** Runs `fn` in one transaction on a session of the pool, rolled back if it throws (`queue.transaction`). */
+  transaction<T>(fn: (session: Executor) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, fn);
   }
 
   /**

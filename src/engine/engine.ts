@@ -20,6 +20,9 @@ import { LimitedQueues } from './limited-queues.js';
 import type { QueueOptions } from './settings.js';
 import { FinishWaiter } from './waiter.js';
 
+/** The heartbeat's answer per lease: the worker reaches the store only through the engine. */
+export type { LeaseRenewal } from '../store/job-store.js';
+
 export class Engine extends EngineCore {
   readonly enqueuer: Enqueuer;
   readonly completer: Completer;

@@ -17,7 +17,7 @@
  * from the signal itself.
  */
 import { performance } from 'node:perf_hooks';
-import type { LeaseRenewal } from '../store/job-store.js';
+import type { LeaseRenewal } from '../engine/engine.js';
 import type { JobRun } from './job-run.js';
 
 export interface LeaseKeeperDeps {
