@@ -1,15 +1,15 @@
 import type pg from 'pg';
 import { errorText } from './core/error-text.js';
-import { toFlowPlan } from './core/flow-spec.js';
-import { enqueueOptions, toNewJob, toNewJobs } from './core/job-spec.js';
 import {
   claimArgs,
   clientOption,
   completeItems,
   dependencySummaryLimit,
+  flowGraphLimit,
   listArgs,
   pruneArgs,
   queueConfigArgs,
+  renewLeaseMs,
   retryInMsArg,
   schedulePageArgs,
   taskFilterArg,
@@ -20,7 +20,6 @@ import { toScheduleSpec } from './core/schedule-spec.js';
 import {
   optionsObject,
   requireFlowId,
-  requireInt,
   requireJobId,
   requireLease,
   requireName,
@@ -34,13 +33,7 @@ import * as schedules from './engine/scheduler.js';
 import type { QueueOptions } from './engine/settings.js';
 import { isPermanent } from './errors.js';
 import type { MigrateResult } from './migrations/migrate.js';
-import {
-  checkPayload,
-  checkSpecPayloads,
-  isTask,
-  specsWithTaskDefaults,
-  withTaskDefaults,
-} from './task/task.js';
+import { enqueueArgs, enqueueFlowArgs, enqueueManyArgs } from './task/enqueue-args.js';
 import type { Task, TaskJobSpec } from './task-types.js';
 import type {
   CancelOutcome,
@@ -130,12 +123,9 @@ export class Queue {
     options?: EnqueueOptions & EnqueueCallOptions,
   ): Promise<EnqueueResult> {
     const engine = this.open();
-    const { client, ...callOptions } = enqueueOptions(options);
     // §9 a defined task: its name and defaults, its payload checked against its schema
-    const { name, options: jobOptions } = withTaskDefaults(task, callOptions);
-    const job = toNewJob(name, payload, jobOptions);
-    if (isTask(task)) await checkPayload(task, job.payloadJson, payload, 'payload');
-    return engine.enqueuer.enqueue(job, client === undefined ? undefined : engine.writer(client));
+    const { job, client } = await enqueueArgs(task, payload, options);
+    return engine.enqueuer.enqueue(job, engine.callerWriter(client));
   }
 
   /**
@@ -147,11 +137,8 @@ export class Queue {
     options?: EnqueueCallOptions,
   ): Promise<EnqueueResult[]> {
     const engine = this.open();
-    const client = clientOption(options);
-    const jobs = toNewJobs(specsWithTaskDefaults(specs));
-    await checkSpecPayloads(specs, jobs);
-    if (jobs.length === 0) return [];
-    return engine.enqueuer.enqueueMany(jobs, client === undefined ? undefined : engine.writer(client));
+    const { jobs, client } = await enqueueManyArgs(specs, options);
+    return jobs.length === 0 ? [] : engine.enqueuer.enqueueMany(jobs, engine.callerWriter(client));
   }
 
   /**
@@ -173,13 +160,8 @@ export class Queue {
     options?: EnqueueCallOptions,
   ): Promise<FlowResult> {
     const engine = this.open();
-    const client = clientOption(options);
-    const plan = toFlowPlan(specsWithTaskDefaults(nodes));
-    await checkSpecPayloads(
-      nodes,
-      plan.nodes.map((node) => node.job),
-    );
-    return engine.flows.enqueueFlow(plan, client === undefined ? undefined : engine.writer(client));
+    const { plan, client } = await enqueueFlowArgs(nodes, options);
+    return engine.flows.enqueueFlow(plan, engine.callerWriter(client));
   }
 
   /** The jobs of a flow, oldest first (SPEC §10); empty when there is no such flow. */
@@ -192,9 +174,7 @@ export class Queue {
    * oldest `limit` jobs and their edges, `truncated` telling whether there were more.
    */
   async flowGraph(flowId: string, options?: { limit?: number }): Promise<FlowGraph> {
-    const limit =
-      options?.limit === undefined ? null : requireInt(options.limit, 'options.limit', 1, 1_000_000);
-    return this.open().flows.graph(requireFlowId(flowId), limit);
+    return this.open().flows.graph(requireFlowId(flowId), flowGraphLimit(options));
   }
 
   /**
@@ -284,8 +264,7 @@ export class Queue {
   /** Extends the lease to now + `leaseMs` (database time). `false` when no longer the owner. */
   async renewLease(lease: Lease, leaseMs?: number): Promise<boolean> {
     const engine = this.open();
-    const ms = leaseMs === undefined ? engine.settings.leaseMs : requireInt(leaseMs, 'leaseMs', 1);
-    return engine.store.lease.renewLease(engine.pool, requireLease(lease), ms);
+    return engine.renewLease(requireLease(lease), renewLeaseMs(leaseMs, engine.settings.leaseMs));
   }
 
   /**

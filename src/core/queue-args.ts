@@ -57,6 +57,16 @@ export function claimArgs(workerId: unknown, options: ClaimOptions | undefined, 
   };
 }
 
+/** `queue.renewLease(lease, leaseMs)`: the new lease length, the queue's `leaseMs` unless given. */
+export function renewLeaseMs(leaseMs: unknown, defaultLeaseMs: number): number {
+  return leaseMs === undefined ? defaultLeaseMs : requireInt(leaseMs, 'leaseMs', 1);
+}
+
+/** `queue.flowGraph(flowId, options)`: the most jobs to return, or null for every one. */
+export function flowGraphLimit(options: { limit?: number } | undefined): number | null {
+  return options?.limit === undefined ? null : requireInt(options.limit, 'options.limit', 1, 1_000_000);
+}
+
 /** An options object whose only key may be `client` (a transaction to join). */
 export function clientOption<C>(options: { client?: C } | undefined): C | undefined {
   const opts = optionsObject(options, 'options');

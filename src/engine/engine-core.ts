@@ -115,6 +115,11 @@ export class EngineCore {
     }
   }
 
+  /** The caller's transaction client, checked; undefined without one (our pool, and batching). */
+  callerWriter(client: unknown): Executor | undefined {
+    return client === undefined ? undefined : this.writer(client);
+  }
+
   /** Runs `fn` in one transaction on a session of the pool, rolled back if it throws (`queue.transaction`). */
   transaction<T>(fn: (session: Executor) => Promise<T>): Promise<T> {
     return inTransaction(this.pool, fn);

@@ -80,6 +80,12 @@ export class Engine extends EngineCore {
     return this.store.lease.renewLeases(this.pool, workerId, leases, leaseMs);
   }
 
+  /** Extends one lease to now + `leaseMs` (`queue.renewLease`); false when it no longer owns its job. */
+  renewLease(lease: Lease, leaseMs: number): Promise<boolean> {
+    this.assertOpen();
+    return this.store.lease.renewLease(this.pool, lease, leaseMs);
+  }
+
   /**
    * Milliseconds (database time) until the next pending job of these tasks/queues is due; null if
    * none. Jobs that became due within the last `sinceMs` give 0 (see ClaimLoop.armDueTimer).
