@@ -12,7 +12,7 @@
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
  *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
  *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
- *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
+ *   store.schedule  upsert, remove, list, pause, resume, lockDue, lastActive, fire, nextDueInMs (schedule.ts)
  */
 
 import type { Executor } from '../db/executor.js';
