@@ -428,6 +428,44 @@ describe("§8 scope 'pending': a key whose queued job your open transaction is e
     expect(await drain(queue, task)).toEqual([b.id]);
   });
 
+  // Break: insertPending as a check-then-insert (`… FROM locked WHERE NOT EXISTS (a pending job
+  // of the key)` instead of ON CONFLICT DO NOTHING): after the key's lock, the NOT EXISTS read
+  // the snapshot taken before the wait, missed the retry that had gone back to pending, and the
+  // insert failed on jobs_pending_key_idx (23505) — "commits" failed, "rolls back" passed.
+  for (const end of ['commits', 'rolls back'] as const) {
+    test(`an enqueue of the key while a retry of its running job is in flight waits for the key; the retry ${end}`, async () => {
+      const queue = db.queue({ poolSize: 4 });
+      const task = fresh('pending.retry');
+      const key = fresh('key');
+      const a = await queue.enqueue(task, 'a', { dedupeKey: key, dedupe: PENDING, maxAttempts: 5 });
+      const lease = await claimOne(queue, task);
+      const tx = await openTransaction(db);
+      // the retry, in a transaction still open: back to pending under the key's lock
+      expect(await engineOf(queue).store.outcome.fail(tx.client, lease, 'Error: boom', 0)).toBe('pending');
+      const enqueueing = queue.enqueue(task, 'b', { dedupeKey: key, dedupe: PENDING });
+      await untilLockWaiters(db, 1);
+      if (end === 'commits') await tx.commit();
+      else await tx.rollback();
+      const answer = await enqueueing;
+      if (end === 'commits') {
+        // the retry is the key's queued job: a hit
+        expect(answer).toEqual({ id: a.id, created: false });
+        expect((await jobsOf(task)).map((r) => [r.id, r.status, r.attempts])).toEqual([[a.id, 'pending', 1]]);
+        expect(await drain(queue, task)).toEqual([a.id]);
+      } else {
+        // still running: the new job is the one queued behind it
+        expect(answer.created).toBe(true);
+        expect((await jobsOf(task)).map((r) => [r.id, r.status])).toEqual([
+          [a.id, 'running'],
+          [answer.id, 'pending'],
+        ]);
+        expect(await claimPass(queue, task)).toEqual([]);
+        expect(await queue.complete(lease, null)).toBe(true);
+        expect(await drain(queue, task)).toEqual([answer.id]);
+      }
+    });
+  }
+
   // Break: the picks' running-holder filter removed (migration 10's `blocked` returning ''): the
   // claim after the commit took the queued job while the claimed one ran and failed on
   // jobs_pending_key_running_idx (23505).
@@ -573,6 +611,66 @@ describe('§8 limits: a limited claim whose transaction is still open', () => {
     expect(Math.max(...maxRunning.slice(3))).toBeLessThanOrEqual(2);
     expect((await jobsOf(task)).every((r) => r.status === 'done')).toBe(true);
   });
+});
+
+describe('cancel and requeue decide on the row they lock', () => {
+  // Break: cancel's `target` without FOR NO KEY UPDATE (the status read from the snapshot): the
+  // cancel of the job whose completion committed meanwhile answered true, a cancellation
+  // requested of a job already done ("commits" failed).
+  for (const end of ['commits', 'rolls back'] as const) {
+    test(`cancel while the job's completion is held open: waits; the completion ${end}`, async () => {
+      const queue = db.queue({ poolSize: 4 });
+      const task = fresh('cancel');
+      const { id } = await queue.enqueue(task, null);
+      const lease = await claimOne(queue, task);
+      const tx = await openTransaction(db);
+      expect(await queue.complete(lease, 'ok', { client: tx.client })).toBe(true);
+      const cancelling = queue.cancel(id);
+      await untilLockWaiters(db, 1);
+      if (end === 'commits') await tx.commit();
+      else await tx.rollback();
+      const answer = await cancelling;
+      const [after] = await db.sql<{ status: string; requested: boolean }>(
+        `SELECT status, cancel_requested_at IS NOT NULL AS requested FROM ${db.jobs} WHERE id = $1`,
+        [id],
+      );
+      if (end === 'commits') {
+        expect(answer).toBe(false); // already done
+        expect(after).toEqual({ status: 'done', requested: false });
+      } else {
+        expect(answer).toBe(true); // still running: cancellation requested
+        expect(after).toEqual({ status: 'running', requested: true });
+        expect(await queue.fail(lease, new Error('aborted'))).toBe('cancelled');
+      }
+    });
+  }
+
+  // Break: requeue's `target` without FOR NO KEY UPDATE: the requeue of the job a prune deleted
+  // meanwhile found its snapshot's dead row, updated nothing and answered "it is dead: only dead
+  // jobs can be requeued" (ConflictError) instead of "no such job" ("commits" failed).
+  for (const end of ['commits', 'rolls back'] as const) {
+    test(`requeue while a prune of the dead job is held open: waits; the prune ${end}`, async () => {
+      const queue = db.queue({ poolSize: 4 });
+      const task = fresh('requeue');
+      const { id } = await queue.enqueue(task, null, { maxAttempts: 1 });
+      expect(await queue.fail(await claimOne(queue, task), new Error('boom'))).toBe('dead');
+      const tx = await openTransaction(db);
+      await tx.client.query(`DELETE FROM ${db.jobs} WHERE id = $1`, [id]); // pruneBatch's DELETE
+      const requeueing = settledWithin(queue.requeueOrThrow(id), 10_000);
+      await untilLockWaiters(db, 1);
+      if (end === 'commits') await tx.commit();
+      else await tx.rollback();
+      const outcome = await requeueing;
+      if (end === 'commits') {
+        expect(outcome).toMatchObject({ status: 'rejected' });
+        expect((outcome as { reason: Error }).reason.name).toBe('NotFoundError');
+        expect(await statusOf(id)).toBeNull();
+      } else {
+        expect(outcome).toEqual({ status: 'fulfilled', value: { id, status: 'pending' } });
+        expect(await drain(queue, task)).toEqual([id]);
+      }
+    });
+  }
 });
 
 describe('counters and waits', () => {

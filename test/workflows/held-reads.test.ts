@@ -299,3 +299,57 @@ describe('the answer of a requeue that makes the job waiting', () => {
     for (const id of [a, b, c]) expect(await stateOf(db, id)).toEqual({ status: 'pending', depsLeft: 0 });
   });
 });
+
+describe('cancel of a waiting job while its last dependency completes', () => {
+  // Both serialise on the dependent's row (unblock_dependents locks it in a statement of its
+  // own, the cancel in its `target`), and each decides on the version the other left. Breaks:
+  // cancel's `target` without its lock — still green (its UPDATE waits for the row and re-checks
+  // it); unblock_dependents reading the dependent's status by a subquery of its UPDATE — still
+  // green (the PERFORM before it waited, so that statement's snapshot is newer than the cancel);
+  // that subquery with the PERFORM removed too — the completion that waited for the cancel made
+  // the cancelled dependent pending again ("the cancel held open commits": pending, not cancelled).
+  for (const first of ['completion', 'cancel'] as const) {
+    for (const end of ['commits', 'rolls back'] as const) {
+      test(`the ${first} held open ${end}: the dependent ends cancelled or pending, its counter exact`, async () => {
+        const queue = db.queue({ poolSize: 4 });
+        const task = fresh('dep');
+        const childTask = fresh('child');
+        await queue.enqueue(task, null);
+        const lease = await claimOne(queue, task);
+        const { id: child } = await queue.enqueue(childTask, null, { dependsOn: [lease.id] });
+        const tx = await openTransaction(db);
+        let second: Promise<unknown>;
+        if (first === 'completion') {
+          expect(await queue.complete(lease, 1, { client: tx.client })).toBe(true);
+          second = queue.cancel(child);
+        } else {
+          expect((await engineOf(queue).store.admin.cancel(tx.client, child))?.after).toBe('cancelled');
+          second = queue.complete(lease, 1);
+        }
+        await untilLockWaiters(db, 1);
+        if (end === 'commits') await tx.commit();
+        else await tx.rollback();
+        const answer = await second;
+        const parent = await stateOf(db, lease.id);
+        const state = await stateOf(db, child);
+        if (first === 'completion') {
+          expect(answer).toBe(true); // waiting or pending: cancelled either way
+          expect(parent?.status).toBe(end === 'commits' ? 'done' : 'running');
+          expect(state).toEqual({ status: 'cancelled', depsLeft: end === 'commits' ? 0 : 1 });
+          if (end === 'rolls back') expect(await queue.complete(lease, 1)).toBe(true);
+          expect(await stateOf(db, child)).toEqual({ status: 'cancelled', depsLeft: 0 });
+        } else {
+          expect(answer).toBe(true);
+          expect(parent?.status).toBe('done');
+          if (end === 'commits') {
+            expect(state).toEqual({ status: 'cancelled', depsLeft: 0 });
+          } else {
+            expect(state).toEqual({ status: 'pending', depsLeft: 0 });
+            await runToEnd(queue, childTask, child);
+          }
+        }
+        expect(await queue.claim('w', { tasks: [childTask] })).toEqual([]);
+      });
+    }
+  }
+});
