@@ -110,10 +110,18 @@ describe('a scheduler step held open while another scheduler steps', () => {
   }
 });
 
-/** Resolves once another backend runs a statement whose text contains `marker`. */
-async function untilStatementRuns(marker: string): Promise<void> {
+/**
+ * Resolves once another backend runs a statement whose text contains `marker`, or once `done`
+ * has settled (the statement may have come and gone between two looks).
+ */
+async function untilStatementRuns(marker: string, done: Promise<unknown>): Promise<void> {
+  let settled = false;
+  const settle = () => {
+    settled = true;
+  };
+  done.then(settle, settle);
   const deadline = Date.now() + 10_000;
-  for (;;) {
+  while (!settled) {
     const rows = await db.sql(
       `SELECT 1 FROM pg_stat_activity
        WHERE datname = current_database() AND state = 'active' AND pid <> pg_backend_pid()
@@ -126,15 +134,17 @@ async function untilStatementRuns(marker: string): Promise<void> {
 }
 
 describe('overlap: false when a held step commits while the next step is under way', () => {
-  // Found by this audit, failed before the fix (3 runs of 3): lockDue read whether the last job
-  // is active in its own statement (an EXISTS beside the lock). A row another step fired and
-  // committed after that statement's snapshot is re-checked on its latest version by the lock —
-  // its next tick already due — but the EXISTS read the new last job from the older snapshot,
-  // where it did not exist yet: the step fired the next tick beside the active one (two active
-  // jobs of an overlap: false schedule). It takes a firing transaction that spans a tick (a slow
-  // step, a per-second cron); the fillers only make that instant wide enough to hit at will.
-  // Fixed: scheduleLastActive reads it after the locks, in a statement of its own. Break: the
-  // fix reverted (the EXISTS back in lockDue) — the step fired the next tick, 3 runs of 3.
+  // Found by this audit, failed before the fix: lockDue read whether the last job is active in
+  // its own statement (an EXISTS beside the lock). A row another step fired and committed after
+  // that statement's snapshot is re-checked on its latest version by the lock — its next tick
+  // already due — but the EXISTS read the new last job from the older snapshot, where it did not
+  // exist yet: the step fired the next tick beside the active one (two active jobs of an
+  // overlap: false schedule). It takes a firing transaction that spans a tick (a slow step, a
+  // per-second cron); the fillers only widen that instant. Fixed: scheduleLastActive reads it
+  // after the locks, in a statement of its own. Break: the fix reverted (the EXISTS back in
+  // lockDue) — the step fired the next tick in 10 runs of 10 (in round 0 seven times, round 1
+  // three times: a round can miss the instant, the step's snapshot coming after the commit;
+  // hence three rounds).
   test("the step that meets the committed row sees its tick's job active: the next tick is skipped, never run beside it", async () => {
     const schema = 'held_overlap';
     const queue = db.queue({ schema, poolSize: 4 });
@@ -145,7 +155,6 @@ describe('overlap: false when a held step commits while the next step is under w
     const task = 'overlap.task';
     const cron = '* * * * * *';
     await queue.schedule(name, { cron, task, overlap: false });
-    await db.sql(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second' WHERE name = $1`, [name]);
     // Due rows ahead of it that a third session holds: the next step's statement takes its
     // snapshot, then walks past them (skipped) before it reaches the schedule.
     await db.sql(
@@ -154,34 +163,44 @@ describe('overlap: false when a held step commits while the next step is under w
     );
     const fillers = await openTransaction(db);
     await fillers.client.query(`SELECT 1 FROM ${schedules} WHERE name LIKE 'filler-%' FOR UPDATE`);
-    // A step that began before the next tick fired this one's job and advanced it to that tick.
-    const held = await heldStep(queue, name, cron);
-    // That next tick is due by the time the next step begins.
-    for (;;) {
-      const [row] = await db.sql<{ due: boolean }>('SELECT clock_timestamp() > $1::timestamptz AS due', [
-        held.next,
+    const seen: string[] = [];
+    for (let round = 0; round < 3; round++) {
+      await db.sql(`UPDATE ${schedules} SET next_run_at = now() - interval '1 second' WHERE name = $1`, [
+        name,
       ]);
-      if (row?.due) break;
+      // A step that began before the next tick fired this one's job and advanced it to that tick.
+      const held = await heldStep(queue, name, cron);
+      // That next tick is due by the time the next step begins.
+      for (;;) {
+        const [row] = await db.sql<{ due: boolean }>('SELECT clock_timestamp() > $1::timestamptz AS due', [
+          held.next,
+        ]);
+        if (row?.due) break;
+      }
+      const stepping = fireDueSchedules(engineOf(other));
+      stepping.catch(() => undefined); // awaited below
+      await untilStatementRuns('FOR UPDATE OF sc SKIP LOCKED', stepping);
+      await held.tx.commit();
+      const step = await stepping;
+      const active = (await jobsOf(schema, task)).filter(
+        (j) => j.status === 'pending' || j.status === 'running',
+      );
+      // skipped for the overlap on the committed row — or passed by while still locked: never fired
+      expect(step.fired, `round ${round}`).toEqual([]);
+      if (step.locked === 1) {
+        expect(step.skipped.map((s) => s.reason)).toEqual(['overlap']);
+        expect(step.skipped[0]?.tick.getTime()).toBeGreaterThanOrEqual(held.next.getTime());
+      } else {
+        expect(step).toMatchObject({ locked: 0, skipped: [] });
+      }
+      seen.push(step.locked === 1 ? 'skipped' : 'passed by');
+      expect(active.map((j) => j.id)).toEqual([held.jobId]);
+      // the tick's job runs; the next round starts from no active job
+      const [lease, ...more] = await queue.claim('w', { tasks: [task] });
+      expect(more).toEqual([]);
+      expect(await queue.complete(lease as ClaimedJob, null)).toBe(true);
     }
-    const stepping = fireDueSchedules(engineOf(other));
-    await untilStatementRuns('FOR UPDATE OF sc SKIP LOCKED'); // its snapshot is taken
-    await held.tx.commit();
-    const step = await stepping;
-    const active = (await jobsOf(schema, task)).filter(
-      (j) => j.status === 'pending' || j.status === 'running',
-    );
-    // skipped for the overlap on the committed row (so in every run here: passing the fillers
-    // takes longer than the commit) — or, on a machine fast enough, passed by while still
-    // locked: never fired
-    expect(step.fired).toEqual([]);
-    if (step.locked === 1) {
-      expect(step.skipped.map((s) => [s.reason, s.tick.getTime()])).toEqual([
-        ['overlap', held.next.getTime()],
-      ]);
-    } else {
-      expect(step).toMatchObject({ locked: 0, skipped: [] });
-    }
-    expect(active.map((j) => j.id)).toEqual([held.jobId]);
+    expect(seen).toHaveLength(3);
     await fillers.rollback();
   });
 });
