@@ -352,9 +352,13 @@ export class Queue {
     return reads.ops(this.open());
   }
 
-  /** dead → pending with attempts reset (SPEC §1.8). `false` when the job is not dead or unknown. */
+  /**
+   * dead → pending with attempts reset (SPEC §1.8) — or waiting, when a job it depends on is not
+   * done (§10). `false` when the job is not dead or unknown.
+   */
   async requeue(id: string): Promise<boolean> {
-    return (await this.open().requeue(requireJobId(id)))?.after === 'pending';
+    const after = (await this.open().requeue(requireJobId(id)))?.after;
+    return after !== null && after !== undefined;
   }
 
   /**

@@ -280,10 +280,13 @@ export interface CancelOutcome {
   wasRunning: boolean;
 }
 
-/** What `requeueOrThrow` did: the dead job is pending again, attempts reset. */
+/**
+ * What `requeueOrThrow` did: the dead job is pending again, attempts reset — or waiting, when a
+ * job it depends on is not done (SPEC §10: one was requeued meanwhile).
+ */
 export interface RequeueOutcome {
   id: string;
-  status: 'pending';
+  status: 'pending' | 'waiting';
 }
 
 /** Options of `prune`. */

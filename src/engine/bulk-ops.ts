@@ -11,7 +11,10 @@ import type { Engine } from './engine.js';
 const REQUEUE_BATCH = 1_000;
 const PRUNE_BATCH = 5_000;
 
-/** dead → pending, or why not: NotFoundError (no such job), ConflictError (it is not dead). */
+/**
+ * dead → pending (or waiting, §10), or why not: NotFoundError (no such job), ConflictError (it is
+ * not dead).
+ */
 export async function requeueOrThrow(engine: Engine, id: string): Promise<RequeueOutcome> {
   const transition = await engine.requeue(id);
   if (transition === null) throw new NotFoundError(`No job with id ${id}`);
@@ -22,7 +25,7 @@ export async function requeueOrThrow(engine: Engine, id: string): Promise<Requeu
       `Job ${id} is ${transition.before}: only dead jobs can be requeued`,
     );
   }
-  return { id, status: 'pending' };
+  return { id, status: transition.after === 'waiting' ? 'waiting' : 'pending' };
 }
 
 /** Cancels, or says why not: NotFoundError (no such job), ConflictError (already finished). */
@@ -83,7 +86,9 @@ async function requeueOneByOne(
   let requeued = 0;
   for (const id of ids) {
     try {
-      if ((await store.admin.requeue(pool, id))?.after === 'pending') requeued++;
+      // §10 pending, or waiting for a dependency that is not done: requeued either way
+      const after = (await store.admin.requeue(pool, id))?.after;
+      if (after !== null && after !== undefined) requeued++;
     } catch (error) {
       if (!(error instanceof DedupeConflictError)) throw error;
       totals.skipped++;

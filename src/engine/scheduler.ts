@@ -130,9 +130,15 @@ export async function fireDueSchedules(engine: Engine): Promise<FiringResult> {
     const rows = await store.schedule.lockDue(tx, DUE_BATCH);
     result.locked = rows.length;
     result.more = rows.length === DUE_BATCH;
+    // overlap: false — read after the locks, in a statement of its own (see scheduleLastActive)
+    const active = await store.schedule.lastActive(
+      tx,
+      rows.filter((row) => !row.overlap).map((row) => row.name),
+    );
     for (const row of rows) {
       const spec: CronSpec = { cron: row.cron, tz: row.tz };
-      const { run, skip, next } = ticksToRun(spec, row, new Date(row.now_ms));
+      const lastActive = active.has(row.name);
+      const { run, skip, next } = ticksToRun(spec, { ...row, last_active: lastActive }, new Date(row.now_ms));
       await tx.query('SAVEPOINT skiplock_fire');
       try {
         const jobs = await store.schedule.fire(

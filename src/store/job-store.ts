@@ -13,7 +13,7 @@
  *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
  *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
  *   store.neighbours summary: a job's first dependencies and dependents, counted (neighbours.ts)
- *   store.schedule  upsert, remove, list, pause, resume, lockDue, fire, nextDueInMs   (schedule.ts)
+ *   store.schedule  upsert, remove, list, pause, resume, lockDue, lastActive, fire, nextDueInMs (schedule.ts)
  */
 
 import type { Executor } from '../db/executor.js';

@@ -162,19 +162,34 @@ export function outcomeSql(s: string) {
      * while running. §8 a retry of a key of scope 'pending' whose next job is already queued is
      * cancelled as superseded (one queued per key), decided under the key's lock, and the queued
      * job takes the retry over: it waits at least the backoff (a runaway's too) and continues the
-     * attempt count, so a key whose work keeps failing still backs off and goes dead. A job of
-     * such a key that ends wakes workers for the queued one. §9 $8 true: dead at once (a
-     * PermanentError, retryIf false), whatever attempts are left.
+     * attempt count, so a key whose work keeps failing still backs off and goes dead. The
+     * takeover is decided on the failing row as it is once locked (`failing`, after the key's
+     * lock and the queued job's, the one lock order): a cancel that committed while this waited
+     * for the key wins, and the queued job takes nothing over (the snapshot taken before that wait
+     * still showed no cancel). A job of such a key that ends wakes workers for the queued one.
+     * §9 $8 true: dead at once (a PermanentError, retryIf false), whatever attempts are left.
      * $5 error text, $6 retry delay ms, $7 channel, $8 permanent.
      */
     fail: `
       WITH ${HOLDER(
         s,
-        `(SELECT id, pending_key, attempts FROM ${jobs}
+        `(SELECT id, pending_key FROM ${jobs}
           WHERE ${LEASE_GUARD} AND cancel_requested_at IS NULL AND attempts < max_attempts AND NOT $8::boolean)`,
         true,
-        `now() + $6::float8 * interval '1 millisecond', k.attempts, ${TOOK_OVER('k.id', 'k.attempts', '$5::text')}`,
-      )}
+      )}, failing AS MATERIALIZED (
+        -- the failing row when the key has a queued job, locked after the key's lock and the
+        -- queued job's: as it is now
+        SELECT id, pending_key, attempts, cancel_requested_at FROM ${jobs}
+        WHERE ${LEASE_GUARD} AND EXISTS (SELECT 1 FROM holder WHERE holder.id IS NOT NULL)
+        FOR NO KEY UPDATE
+      ), took_over AS MATERIALIZED (
+        -- the takeover by a second call (the key's lock is held already): its statements see the
+        -- queued job even when it was committed after this statement's snapshot
+        SELECT ${s}.pending_holder(f.pending_key, f.id, true, now() + $6::float8 * interval '1 millisecond',
+                                   f.attempts, ${TOOK_OVER('f.id', 'f.attempts', '$5::text')}) AS id
+        FROM failing AS f JOIN holder AS h ON h.job_id = f.id
+        WHERE h.id IS NOT NULL AND f.cancel_requested_at IS NULL
+      )
       UPDATE ${jobs} SET
         status = CASE WHEN cancel_requested_at IS NOT NULL THEN 'cancelled'
                       WHEN attempts >= max_attempts OR $8::boolean THEN 'dead'
@@ -187,7 +202,7 @@ export function outcomeSql(s: string) {
                           ELSE coalesce((SELECT ${SUPERSEDED('holder.id', 'pending_key')} || E'\n'
                                          FROM holder WHERE holder.id IS NOT NULL), '') || $5 END,
         lease_until = NULL, worker_id = NULL, updated_at = now()
-      WHERE ${LEASE_GUARD}
+      WHERE ${LEASE_GUARD} AND (SELECT count(*) FROM took_over) >= 0
       RETURNING status,
                 CASE WHEN pending_key IS NOT NULL AND status <> 'pending' THEN pg_notify($7, 'jobs') END AS notified`,
 

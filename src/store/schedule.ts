@@ -72,18 +72,31 @@ export function scheduleSql(s: string) {
 
     /**
      * §8 the scheduler's claim: due, active schedule rows, locked with SKIP LOCKED so workers
-     * racing for one tick never wait and exactly one of them fires it; with the database's now
-     * and whether the schedule's last job is still active (for overlap: false).
+     * racing for one tick never wait and exactly one of them fires it; with the database's now.
+     * A row that another scheduler fired after this statement's snapshot is re-checked on its
+     * latest version by the lock (a tick fired meanwhile is not due any more), but a subquery
+     * here would read that firing's job from the older snapshot (not there): whether the last
+     * job is active is read by scheduleLastActive, after the locks.
      */
     scheduleLockDue: `
-      SELECT ${COLUMNS}, floor(extract(epoch FROM now()) * 1000)::float8 AS now_ms,
-             EXISTS (SELECT 1 FROM ${jobs} AS j
-                     WHERE j.id = sc.last_job_id AND j.status IN ('pending', 'running')) AS last_active
+      SELECT ${COLUMNS}, floor(extract(epoch FROM now()) * 1000)::float8 AS now_ms
       FROM ${schedules} AS sc
       WHERE NOT paused AND next_run_at <= now()
       ORDER BY next_run_at
       LIMIT $1
       FOR UPDATE OF sc SKIP LOCKED`,
+
+    /**
+     * §8 overlap: false — of the schedules $1, locked by this transaction's scheduleLockDue (so
+     * their last job cannot change), those whose last job is still active. A statement of its
+     * own after the locks: its snapshot sees the job of a firing that committed while the lock
+     * statement ran.
+     */
+    scheduleLastActive: `
+      SELECT sc.name FROM ${schedules} AS sc
+      WHERE sc.name = ANY ($1::text[])
+        AND EXISTS (SELECT 1 FROM ${jobs} AS j
+                    WHERE j.id = sc.last_job_id AND j.status IN ('pending', 'running'))`,
 
     /**
      * §8 fires one schedule, under the row lock lockDue took: inserts one job per tick ($2
@@ -187,8 +200,15 @@ export class ScheduleStatements extends StatementFamily<ReturnType<typeof schedu
     return (await this.run(db, this.sql.scheduleResume, [name, nextRunAt.getTime()])).length > 0;
   }
 
-  lockDue(db: Executor, limit: number): Promise<(ScheduleRow & { now_ms: number; last_active: boolean })[]> {
+  lockDue(db: Executor, limit: number): Promise<(ScheduleRow & { now_ms: number })[]> {
     return this.run(db, this.sql.scheduleLockDue, [limit]);
+  }
+
+  /** Of the schedules `names` (locked by this transaction), those whose last job is active. */
+  async lastActive(db: Executor, names: readonly string[]): Promise<Set<string>> {
+    if (names.length === 0) return new Set();
+    const rows = await this.run<{ name: string }>(db, this.sql.scheduleLastActive, [names]);
+    return new Set(rows.map((row) => row.name));
   }
 
   /** Fires one locked schedule: the jobs inserted (id, dedupe key), oldest tick first. */
