@@ -35,3 +35,12 @@ function advice(error: DatabaseError): string {
   }
   return '';
 }
+
+/**
+ * True for an error that says the read replica is away — refused, timed out, shut down, out of
+ * connections — rather than an answer from it (a recovery conflict, a missing table) or an error
+ * of the primary (`ops()` reads the primary's WAL position first).
+ */
+export function isReplicaOutage(error: unknown): boolean {
+  return error instanceof DatabaseError && error.message.startsWith(READ_REPLICA) && isConnectionError(error);
+}
