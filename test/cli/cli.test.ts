@@ -437,19 +437,25 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
   // Issue 26: `get` of a waiting job did not say what it waits for. Deliberate break seen
   // failing: get.ts printing `jobDetail(job)` and `job` without the summary (no "depends on"
   // row, no dependsOn in --json).
+  // Its own schema: 108 jobs here would give the other tests' tables three-digit ids.
   test('get of a waiting job: what it waits for and what waits for it, bounded to 100 ids with counts', async () => {
-    const first = await queue.enqueue('cli.get.dep', null);
-    const second = await queue.enqueue('cli.get.dep', null);
-    const waiting = await queue.enqueue('cli.get.waiting', null, { dependsOn: [first.id, second.id] });
+    const schema = 'cli_get_deps';
+    const own = db.queue({ schema });
+    await own.migrate();
+    const get = (args: string[]) =>
+      runCli(['--schema', schema, 'get', ...args], { url: db.url, schema: false });
+    const first = await own.enqueue('cli.get.dep', null);
+    const second = await own.enqueue('cli.get.dep', null);
+    const waiting = await own.enqueue('cli.get.waiting', null, { dependsOn: [first.id, second.id] });
     const fanOut = await Promise.all(
-      Array.from({ length: 105 }, () => queue.enqueue('cli.get.fan', null, { dependsOn: [first.id] })),
+      Array.from({ length: 105 }, () => own.enqueue('cli.get.fan', null, { dependsOn: [first.id] })),
     );
     const fanIds = fanOut.map((r) => r.id).sort((a, b) => Number(a) - Number(b));
     const [waitingText, waitingJson, firstText, firstJson] = await Promise.all([
-      run(['get', waiting.id]),
-      run(['get', waiting.id, '--json']),
-      run(['get', first.id]),
-      run(['get', first.id, '--json']),
+      get([waiting.id]),
+      get([waiting.id, '--json']),
+      get([first.id]),
+      get([first.id, '--json']),
     ]);
     const text = ok(waitingText);
     expect(text).toMatch(/^status +waiting$/m);
