@@ -57,7 +57,7 @@ export class ReadRoute implements AdminReads {
   /**
    * @param replica the queue with `readConnectionString`
    * @param primary a queue on the same primary without one
-   * @param onChange told of every change of status
+   * @param options `probeMs` (default {@link PROBE_MS}); `onChange`, told of every change of status
    */
   constructor(
     private readonly replica: Queue,
