@@ -29,9 +29,13 @@ export function apiRoutes(queue: Queue, history: History, route: ReadRoute | nul
   const api = new Hono();
   const reads: AdminReads = route ?? queue;
 
-  // `replica` (issue 26): null without a read replica, else its status; while it is not `up`,
-  // every read here comes from the primary (replicaLagMs is then null).
-  api.get('/ops', async (c) => c.json({ ...(await reads.ops()), replica: route?.state ?? null }));
+  // `replica` (issue 26): null without a read replica, else its status for this very read; while
+  // it is not `up`, every read here comes from the primary (replicaLagMs is then null).
+  api.get('/ops', async (c) => {
+    if (route === null) return c.json({ ...(await queue.ops()), replica: null });
+    const { value, replica } = await route.readReporting((q) => q.ops());
+    return c.json({ ...value, replica });
+  });
 
   api.get('/counts', async (c) => {
     const [counts, live] = await Promise.all([reads.counts(), reads.liveByQueue()]);

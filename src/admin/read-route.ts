@@ -15,7 +15,7 @@
  * - `down`: reads go to the primary; one probe (`ops()` on the replica) at a time, every
  *   PROBE_MS, moves back to `up` when it answers.
  */
-import { isReplicaOutage } from '../db/replica-error.js';
+import { isReplicaOutage } from '../core/database-outage.js';
 import type { Queue } from '../queue.js';
 
 /** How often a replica that is down is asked again. */
@@ -69,10 +69,10 @@ export class ReadRoute implements AdminReads {
     return { status: this.status, since: this.since.toISOString(), error: this.error };
   }
 
-  /** Asks the replica for the first time (not awaited: the server serves meanwhile). */
-  start(): void {
+  /** Asks the replica for the first time; resolves when it has answered or failed (the server does not wait). */
+  start(): Promise<void> {
     this.stopped = false;
-    void this.probe();
+    return this.probe();
   }
 
   stop(): void {
@@ -83,13 +83,24 @@ export class ReadRoute implements AdminReads {
 
   /** Runs `fn` on the replica while it is up, else on the primary (see the header). */
   async read<T>(fn: (queue: Queue) => Promise<T>): Promise<T> {
-    if (this.status !== 'up') return fn(this.primary);
+    return (await this.readReporting(fn)).value;
+  }
+
+  /**
+   * {@link read}, with the replica's state as it was for this read: `up` when the replica
+   * answered, else the state that sent it to the primary (so `status` and the figures agree
+   * even when a probe or another read changes the state meanwhile).
+   */
+  async readReporting<T>(fn: (queue: Queue) => Promise<T>): Promise<{ value: T; replica: ReplicaState }> {
+    const routed = this.state;
+    if (routed.status !== 'up') return { value: await fn(this.primary), replica: routed };
     try {
-      return await fn(this.replica);
+      return { value: await fn(this.replica), replica: routed };
     } catch (error) {
       if (!isReplicaOutage(error)) throw error;
       this.enter('down', error);
-      return fn(this.primary);
+      const replica = this.state;
+      return { value: await fn(this.primary), replica };
     }
   }
 

@@ -101,7 +101,7 @@ export async function startAdminServer(options: AdminServerOptions): Promise<Adm
     );
     server.listen(options.port ?? 4000, host, () => resolve());
   });
-  route?.start();
+  void route?.start(); // serves meanwhile: reads go to the primary until the replica answers
   history.start((error) =>
     options.logger?.warn?.({ err: error }, 'skiplock admin: sampling the queue failed'),
   );

@@ -1,8 +1,7 @@
+import { isConnectionError, READ_REPLICA } from '../core/database-outage.js';
 import { DatabaseError, NotMigratedError } from '../errors.js';
-import { isConnectionError } from './database-error.js';
 
-/** How every error of a read on the replica begins, so that nobody hunts for it on the primary. */
-export const READ_REPLICA = 'Read replica (readConnectionString)';
+export { READ_REPLICA };
 
 /**
  * The same error, saying that it happened on the read replica: a {@link DatabaseError} keeps its
@@ -34,13 +33,4 @@ function advice(error: DatabaseError): string {
     return '. get, list, counts and ops read this server (writes and claims do not): check that it is up and reachable, or remove readConnectionString to read the primary';
   }
   return '';
-}
-
-/**
- * True for an error that says the read replica is away — refused, timed out, shut down, out of
- * connections — rather than an answer from it (a recovery conflict, a missing table) or an error
- * of the primary (`ops()` reads the primary's WAL position first).
- */
-export function isReplicaOutage(error: unknown): boolean {
-  return error instanceof DatabaseError && error.message.startsWith(READ_REPLICA) && isConnectionError(error);
 }
