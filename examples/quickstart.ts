@@ -1,6 +1,6 @@
 /**
  * A tour of the Queue API on a throwaway embedded PostgreSQL (nothing to install):
- *   npm install && npm start
+ *   npm install && npm run example:quickstart
  * With DATABASE_URL set it uses that server instead (schema `skiplock_quickstart`).
  *
  * A handler loop is written out by hand here; the Worker class that runs handlers for you,

@@ -321,10 +321,13 @@ export interface OpsSnapshot {
   estimated: JobStatus[];
   /**
    * With a read replica (`readConnectionString`): how far behind the primary it was when
-   * `ops()` began, in ms — 0 when it had replayed everything the primary had written, else the
-   * age of the last transaction it replayed. `null` without a read replica (every figure is
-   * then the primary's), or when the replica cannot tell (behind, and no transaction replayed
-   * since it started).
+   * `ops()` began, in ms. 0 when it had replayed everything the primary had written by then.
+   * Otherwise `ops()` waits for it to get there, at most a second: the figure is how long that
+   * took (an idle primary does not inflate it: a replica one commit behind shows a few ms),
+   * and past a second it is the age of the last transaction the replica replayed (an upper
+   * bound that grows while replay is stopped). `null` without a read replica (every figure is
+   * then the primary's), or when a replica stuck for a second has replayed no transaction since
+   * it started and cannot tell. See docs/replica.md.
    */
   replicaLagMs: number | null;
 }

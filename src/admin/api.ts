@@ -11,6 +11,7 @@ import type { Queue } from '../queue.js';
 import type { ListOptions, LiveStatus } from '../types.js';
 import { errorBody } from './errors.js';
 import type { History } from './history.js';
+import type { AdminReads, ReadRoute } from './read-route.js';
 
 const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
 /** Schedules per page of GET /api/schedules. */
@@ -20,13 +21,24 @@ const FLOW_GRAPH_LIMIT = 10_005;
 /** Ids of dependencies and of dependents `GET /api/jobs/:id` returns (the lowest; the counts say how many). */
 const DEPENDENCY_IDS = 100;
 
-export function apiRoutes(queue: Queue, history: History): Hono {
+/**
+ * The /api routes. `reads` serves every read that may come from the read replica (the queue
+ * itself, or `route` when it has a replica); `queue` the writes and the primary's reads.
+ */
+export function apiRoutes(queue: Queue, history: History, route: ReadRoute | null = null): Hono {
   const api = new Hono();
+  const reads: AdminReads = route ?? queue;
 
-  api.get('/ops', async (c) => c.json(await queue.ops()));
+  // `replica` (issue 26): null without a read replica, else its status for this very read; while
+  // it is not `up`, every read here comes from the primary (replicaLagMs is then null).
+  api.get('/ops', async (c) => {
+    if (route === null) return c.json({ ...(await queue.ops()), replica: null });
+    const { value, replica } = await route.readReporting((q) => q.ops());
+    return c.json({ ...value, replica });
+  });
 
   api.get('/counts', async (c) => {
-    const [counts, live] = await Promise.all([queue.counts(), queue.liveByQueue()]);
+    const [counts, live] = await Promise.all([reads.counts(), reads.liveByQueue()]);
     // Queue names are data (SPEC §5): a Map, never keys of a plain object, so a queue named
     // `__proto__` cannot reach Object.prototype. Object.fromEntries defines own properties.
     const queues = new Map<string, Record<LiveStatus, number>>();
@@ -60,7 +72,7 @@ export function apiRoutes(queue: Queue, history: History): Hono {
     }
     // A bounded read (SPEC §5): `next` may come back with fewer jobs than asked for, where the
     // window of examined rows ended; following it looks further back.
-    return c.json(await queue.listPage(options));
+    return c.json(await reads.listPage(options));
   });
 
   // The job, and (SPEC §10) the ids of its dependencies and dependents: the dashboard's links.
@@ -69,8 +81,8 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   api.get('/jobs/:id', async (c) => {
     const id = requireJobId(c.req.param('id'), 'id');
     const [job, dependencies] = await Promise.all([
-      queue.get(id),
-      queue.dependencySummary(id, { limit: DEPENDENCY_IDS }),
+      reads.get(id),
+      reads.dependencySummary(id, { limit: DEPENDENCY_IDS }),
     ]);
     if (!job) throw new NotFoundError(`No job with id ${id}`);
     return c.json({ ...job, ...dependencies });
@@ -80,7 +92,7 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   api.get('/flows/:id', async (c) => {
     const flowId = requireFlowId(c.req.param('id'), 'id');
     // §7 bounded: a flow that grew past this is drawn from its oldest jobs (`truncated`)
-    const graph = await queue.flowGraph(flowId, { limit: FLOW_GRAPH_LIMIT });
+    const graph = await reads.flowGraph(flowId, { limit: FLOW_GRAPH_LIMIT });
     if (graph.jobs.length === 0)
       throw new NotFoundError(`No flow with id ${flowId} (its jobs may have been deleted by retention)`);
     return c.json(graph);
@@ -102,7 +114,7 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   // SCHEDULE_PAGE by name, `next` set when there may be more), pause and resume.
   api.get('/schedules', async (c) => {
     const after = c.req.query('after');
-    const schedules = await queue.schedules({
+    const schedules = await reads.schedules({
       limit: SCHEDULE_PAGE,
       ...(after ? { after: requireName(after, 'after') } : {}),
     });
@@ -127,7 +139,7 @@ export function apiRoutes(queue: Queue, history: History): Hono {
   });
 
   // SPEC §8 queues: settings and live counts (names are data: an array), pause and resume.
-  api.get('/queues', async (c) => c.json({ queues: await queue.queues() }));
+  api.get('/queues', async (c) => c.json({ queues: await reads.queues() }));
 
   api.post('/queues/:name/pause', async (c) => {
     const name = requireName(c.req.param('name'), 'name');

@@ -20,6 +20,11 @@ export function isLoopback(host: string): boolean {
   return h === 'localhost' || h === '::1' || LOOPBACK_V4.test(h) || h === '::ffff:127.0.0.1';
 }
 
+/** True for a bind to every address of the machine (`0.0.0.0`, `::`). */
+export function isWildcard(host: string): boolean {
+  return host === '0.0.0.0' || host === '::' || host === '[::]';
+}
+
 /**
  * True when a `Host` header value (`name`, `name:port`, `[v6]` or `[v6]:port`) names a loopback
  * address. Names are compared exactly (case aside): `localhost.` or `127.0.0.1.nip.io` resolve

@@ -3,7 +3,7 @@
  * pending, running) is sampled in memory every `intervalMs`; throughput comes from the database (finished
  * jobs per minute, through jobs_finished_idx), so it covers the hour before the server started.
  */
-import type { Queue } from '../queue.js';
+import type { AdminReads } from './read-route.js';
 
 export interface DepthSample {
   t: number;
@@ -23,13 +23,13 @@ export interface ThroughputBucket {
 const HOUR = 3_600_000;
 
 export class History {
-  private readonly queue: Queue;
+  private readonly queue: AdminReads;
   private readonly intervalMs: number;
   private readonly depth: DepthSample[] = [];
   private timer: NodeJS.Timeout | null = null;
   private throughputCache: { at: number; value: Promise<ThroughputBucket[]> } | null = null;
 
-  constructor(queue: Queue, intervalMs = 10_000) {
+  constructor(queue: AdminReads, intervalMs = 10_000) {
     this.queue = queue;
     this.intervalMs = intervalMs;
   }

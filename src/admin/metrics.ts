@@ -9,10 +9,11 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Queue } from '../queue.js';
 import type { OpsSnapshot } from '../types.js';
 import type { Worker } from '../worker/worker.js';
+import type { AdminReads } from './read-route.js';
 
 export class Metrics {
   readonly registry = new Registry();
-  private readonly queue: Queue;
+  private readonly queue: AdminReads;
   private cache: {
     at: number;
     value: Promise<[OpsSnapshot, Awaited<ReturnType<Queue['liveByQueue']>>]>;
@@ -21,7 +22,7 @@ export class Metrics {
   private readonly durations: Histogram<'task' | 'outcome'>;
   private readonly runaways: Counter<'task'>;
 
-  constructor(queue: Queue) {
+  constructor(queue: AdminReads) {
     this.queue = queue;
     const registers = [this.registry];
     const snapshot = () => this.snapshot();

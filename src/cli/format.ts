@@ -3,7 +3,7 @@
  * times, and a progress line for long operations.
  */
 import { formatRelative } from '../core/duration.js';
-import type { Job, JobStatus } from '../types.js';
+import type { Job, JobDependencySummary, JobStatus } from '../types.js';
 
 const useColour = (stream: NodeJS.WriteStream) => stream.isTTY === true && !process.env.NO_COLOR;
 
@@ -72,8 +72,26 @@ export function jobRows(jobs: Job[], now = new Date()): string[][] {
 
 export const JOB_HEADER = ['ID', 'STATUS', 'TASK', 'QUEUE', 'PRIO', 'TRIES', 'WHEN', 'LAST ERROR'];
 
-/** Every field of one job, for `get`. */
-export function jobDetail(job: Job, now = new Date()): string {
+/** Ids per line of a dependency list in `get`. */
+const IDS_PER_LINE = 10;
+
+/**
+ * One side of a job's dependencies for people: `—`, or `2 jobs: 41, 42`, or for a bounded list
+ * `250 jobs: 43, 44, … and 150 more` (`more than 10,000` when the count stopped there).
+ */
+export function dependencyList(ids: readonly string[], count: number, exact: boolean): string {
+  if (count === 0) return '—';
+  const total = `${exact ? '' : 'more than '}${count.toLocaleString('en-US')} job${count === 1 && exact ? '' : 's'}`;
+  const lines: string[] = [];
+  for (let i = 0; i < ids.length; i += IDS_PER_LINE) lines.push(ids.slice(i, i + IDS_PER_LINE).join(', '));
+  const rest = count - ids.length;
+  const more =
+    rest > 0 || !exact ? ` and ${exact ? '' : 'more than '}${rest.toLocaleString('en-US')} more` : '';
+  return `${total}: ${lines.join(',\n')}${more}`;
+}
+
+/** Every field of one job, for `get`; with its dependency summary, what it waits for and what waits for it. */
+export function jobDetail(job: Job, dependencies?: JobDependencySummary, now = new Date()): string {
   const time = (date: Date | null) => (date ? `${date.toISOString()} (${formatRelative(date, now)})` : '—');
   const fields: [string, string][] = [
     ['id', job.id],
@@ -88,6 +106,26 @@ export function jobDetail(job: Job, now = new Date()): string {
       'flow',
       job.flowId === null ? '—' : `${job.flowId}${job.flowRef === null ? '' : ` (ref ${job.flowRef})`}`,
     ],
+    ...((dependencies === undefined
+      ? []
+      : [
+          [
+            'depends on',
+            dependencyList(
+              dependencies.dependsOn,
+              dependencies.dependsOnCount,
+              dependencies.dependsOnCountExact,
+            ),
+          ],
+          [
+            'dependents',
+            dependencyList(
+              dependencies.dependents,
+              dependencies.dependentsCount,
+              dependencies.dependentsCountExact,
+            ),
+          ],
+        ]) as [string, string][]),
     ['run after', time(job.runAfter)],
     ['worker', job.workerId ?? '—'],
     ['lease until', time(job.leaseUntil)],
@@ -109,10 +147,15 @@ export function jobDetail(job: Job, now = new Date()): string {
     .join('\n');
 }
 
-/** A progress line on stderr: redrawn in place on a TTY, a line every 2 s otherwise. */
+/**
+ * A progress line on stderr: redrawn in place on a TTY; otherwise (a file, a pipe, a CI log) a
+ * line at the first update and then at most one every 2 s, and at the end the final figure
+ * unless it is already the last line written (a run of one batch writes one line).
+ */
 export function progress(label: string, total: number | null) {
   const tty = process.stderr.isTTY === true;
   let last = 0;
+  let shown: string | null = null;
   const render = (n: number) => {
     if (total !== null && total > 0) {
       const ratio = Math.min(1, n / total);
@@ -121,6 +164,10 @@ export function progress(label: string, total: number | null) {
     }
     return `${label} ${n.toLocaleString('en-US')}`;
   };
+  const line = (text: string) => {
+    process.stderr.write(`${text}\n`);
+    shown = text;
+  };
   return {
     update(n: number) {
       const now = Date.now();
@@ -128,13 +175,13 @@ export function progress(label: string, total: number | null) {
         process.stderr.write(`\r${render(n)}`);
         last = now;
       } else if (now - last >= 2_000) {
-        process.stderr.write(`${render(n)}\n`);
+        line(render(n));
         last = now;
       }
     },
     done(n: number) {
       if (tty) process.stderr.write(`\r${render(n)}\n`);
-      else if (last !== 0) process.stderr.write(`${render(n)}\n`);
+      else if (shown !== null && shown !== render(n)) line(render(n));
     },
   };
 }

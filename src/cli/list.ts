@@ -24,7 +24,7 @@ export function registerList(program: Command): void {
     .option('--status <status>', 'waiting, pending, running, done, dead or cancelled')
     .option('--task <task>', 'only this task')
     .option('--queue <queue>', 'only this queue')
-    .option('--limit <n>', 'how many (default 50, at most 1000)', positiveInt, 50)
+    .option('--limit <n>', 'how many, at most 1000', positiveInt, 50)
     .option('--after <id>', 'next page: jobs older than this id')
     .addHelpText(
       'after',

@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { type Command, Option } from 'commander';
 import { JOB_STATUSES, type OpsSnapshot } from '../types.js';
 import { print, READ_DATABASE_URL_HELP, withQueue } from './context.js';
 import { style, table } from './format.js';
@@ -15,7 +15,11 @@ export function registerOps(program: Command): void {
     .command('ops')
     .description('the operational snapshot: counts, lag, dead and stuck jobs')
     .option('--watch', 'refresh until Ctrl-C')
-    .option('--interval <duration>', 'refresh interval with --watch (default 2s)', duration, 2_000)
+    .addOption(
+      new Option('--interval <duration>', 'refresh interval with --watch')
+        .argParser(duration)
+        .default(2_000, '2s'),
+    )
     .option('--read-database-url <url>', READ_DATABASE_URL_HELP)
     .addHelpText(
       'after',

@@ -57,7 +57,7 @@ export function registerWorker(program: Command): void {
     )
     .option(
       '--stop-timeout-ms <n>',
-      'on SIGINT/SIGTERM, wait this long for running jobs (default 30000)',
+      'on SIGINT/SIGTERM, wait this long for running jobs',
       positiveInt,
       30_000,
     )

@@ -41,16 +41,8 @@ export function isMisconfiguration(error: unknown): boolean {
   return error instanceof Error && /unsupported startup parameter/i.test(error.message);
 }
 
-/**
- * Errors that mean "the database is away", worth retrying: a driver error without SQLSTATE
- * (connection refused or reset), or SQLSTATE classes 08 (connection), 57P (shutdown) and 53
- * (insufficient resources).
- */
-export function isConnectionError(error: unknown): boolean {
-  if (error instanceof DatabaseError)
-    return error.sqlState === undefined || /^(08|57P|53)/.test(error.sqlState);
-  return !(error instanceof SkiplockError);
-}
+/** Where it is defined (core: pure logic); importers here keep their path. */
+export { isConnectionError } from '../core/database-outage.js';
 
 /**
  * Errors a retry can fix when starting a worker: the database away, restarting, or read-only

@@ -1,8 +1,7 @@
+import { isConnectionError, READ_REPLICA } from '../core/database-outage.js';
 import { DatabaseError, NotMigratedError } from '../errors.js';
-import { isConnectionError } from './database-error.js';
 
-/** How every error of a read on the replica begins, so that nobody hunts for it on the primary. */
-export const READ_REPLICA = 'Read replica (readConnectionString)';
+export { READ_REPLICA };
 
 /**
  * The same error, saying that it happened on the read replica: a {@link DatabaseError} keeps its

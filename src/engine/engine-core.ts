@@ -20,6 +20,7 @@ import { QueueClosedError, ValidationError } from '../errors.js';
 import { type MigrateResult, migrate } from '../migrations/migrate.js';
 import { JobStore } from '../store/job-store.js';
 import { type Tracing, tracing } from '../telemetry/tracing.js';
+import { catchUpLag } from './replica-lag.js';
 import { type EngineSettings, engineSettings, type QueueOptions } from './settings.js';
 
 export class EngineCore {
@@ -182,20 +183,23 @@ export class EngineCore {
   /**
    * §7 the replica's lag behind the primary's WAL position at this call (null without a
    * replica): the position is read on the primary first, then the replica says whether it has
-   * replayed that far.
+   * replayed that far — if not, how long it takes to get there, waiting at most a second
+   * (replica-lag.ts).
    */
   async replicaLag(): Promise<number | null> {
     if (this.readPool === null) return null;
+    const startedAt = performance.now();
     const primaryLsn = await this.store.observe.walPosition(this.pool);
-    const { inRecovery, lagMs } = await this.read((db) => this.store.observe.replicaLag(db, primaryLsn));
-    if (!inRecovery && !this.warnedNotReplica) {
+    const look = () => this.read((db) => this.store.observe.replicaLag(db, primaryLsn));
+    const first = await look();
+    if (!first.inRecovery && !this.warnedNotReplica) {
       this.warnedNotReplica = true;
       this.settings.logger?.warn?.(
         { schema: this.schema },
         'skiplock: readConnectionString points at a server that is not a replica (not in recovery); replicaLagMs reports 0 for it',
       );
     }
-    return lagMs;
+    return catchUpLag(first, look, startedAt);
   }
 
   /** Ends the pools Skiplock created (the pool a caller passed is theirs to end). */

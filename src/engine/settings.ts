@@ -57,8 +57,8 @@ export interface QueueOptions {
   /**
    * Longest run of any one statement on Skiplock's pools, in ms (default 30 000). The server
    * cancels a statement that runs longer (`statement_timeout`: rolled back, so a failed call did
-   * not happen), and the client gives up a second later whatever the network does, discarding
-   * the connection — so a silent network (a partition) can never hang a caller, a worker or
+   * not happen), and the client gives up max(1 s, 10 %) later whatever the network does (33 s
+   * with the default), discarding the connection — so a silent network (a partition) can never hang a caller, a worker or
    * `close()` (then the statement's fate is unknown, as with any lost connection). It also
    * bounds the statements you run on the client of `queue.transaction` and `ctx.transaction`.
    * With `preparedStatements: false` (a pooler refuses startup parameters) only the client-side

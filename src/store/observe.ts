@@ -230,18 +230,16 @@ export function observeSql(s: string) {
     walPosition: `SELECT pg_current_wal_lsn()::text AS lsn`,
 
     /**
-     * §7 replica lag, step 2, on the read replica: 0 once it has replayed up to the primary's
-     * position $1 (every change committed before ops() began is visible there), else the age
-     * of the last transaction it replayed — how old its view may be; null when it cannot tell
-     * (behind, and no transaction replayed since it started). A server that is not in recovery
-     * is a primary: nothing to replay, lag 0 (the caller warns). Reads no table.
+     * §7 replica lag, step 2, on the read replica (asked again while it is behind): whether it
+     * has replayed up to the primary's position $1 (every change committed before ops() began
+     * is then visible there), and the age of the last transaction it replayed (null when it has
+     * replayed none since it started). A server that is not in recovery is a primary: nothing
+     * to replay, caught up (the caller warns). Reads no table.
      */
     replicaLag: `
       SELECT pg_is_in_recovery() AS in_recovery,
-             CASE WHEN NOT pg_is_in_recovery() THEN 0
-                  WHEN pg_last_wal_replay_lsn() >= $1::pg_lsn THEN 0
-                  ELSE greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)
-             END::float8 AS lag_ms`,
+             (NOT pg_is_in_recovery() OR pg_last_wal_replay_lsn() >= $1::pg_lsn) AS caught_up,
+             greatest(0, extract(epoch FROM now() - pg_last_xact_replay_timestamp()) * 1000)::float8 AS age_ms`,
   };
 }
 
@@ -370,17 +368,24 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
   }
 
   /**
-   * Step 2 of the replica lag, on the replica: ms behind the primary's position `primaryLsn`
-   * (0 when replayed up to it; null when it cannot tell), and whether it is a replica at all.
+   * Step 2 of the replica lag, on the replica: whether it has replayed up to the primary's
+   * position `primaryLsn`, the age in ms of the last transaction it replayed (null when none
+   * since it started), and whether it is a replica at all.
    */
-  async replicaLag(db: Executor, primaryLsn: string): Promise<{ inRecovery: boolean; lagMs: number | null }> {
-    const rows = await this.run<{ in_recovery: boolean; lag_ms: number | null }>(db, this.sql.replicaLag, [
-      primaryLsn,
-    ]);
-    const lag = rows[0]?.lag_ms;
+  async replicaLag(
+    db: Executor,
+    primaryLsn: string,
+  ): Promise<{ inRecovery: boolean; caughtUp: boolean; ageMs: number | null }> {
+    const rows = await this.run<{ in_recovery: boolean; caught_up: boolean; age_ms: number | null }>(
+      db,
+      this.sql.replicaLag,
+      [primaryLsn],
+    );
+    const age = rows[0]?.age_ms;
     return {
       inRecovery: rows[0]?.in_recovery === true,
-      lagMs: lag === null || lag === undefined ? null : Math.ceil(Number(lag)), // 0 only when caught up
+      caughtUp: rows[0]?.caught_up === true,
+      ageMs: age === null || age === undefined ? null : Math.ceil(Number(age)),
     };
   }
 }

@@ -38,6 +38,7 @@ import type { Queue } from '../../src/queue.js';
 import { LIST_WINDOW } from '../../src/store/job-store.js';
 import type { JobStatus } from '../../src/types.js';
 import { useTestDatabase } from '../support/database.js';
+import { freePort } from '../support/ports.js';
 import { REPO_ROOT } from '../support/spawn.js';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -541,6 +542,43 @@ describe.skipIf(!HAS_CHROMIUM)(
         await page.context().close();
       } finally {
         await guarded.close();
+      }
+    });
+
+    // Issue 26. Deliberate break seen failing: renderReplica() not called from renderOps (the
+    // note stayed hidden).
+    test("a read replica that is down: the page says so, shows the primary's counts, and hides the note once it is up", async () => {
+      const closed = `postgres://nobody@127.0.0.1:${await freePort()}/nothing`;
+      const replicated = db.queue({ readConnectionString: closed, connectTimeoutMs: 1_000 });
+      const down = await startAdminServer({ queue: replicated, primary: queue, port: 0, token: null });
+      const up = await startAdminServer({
+        queue: db.queue({ readConnectionString: db.url }),
+        primary: queue,
+        port: 0,
+        token: null,
+      });
+      try {
+        const page = await open(down.url);
+        const note = page.locator('[data-testid="replica-status"]');
+        await expect
+          .poll(() => note.textContent(), { timeout: 10_000 })
+          .toMatch(
+            /^Read replica unreachable since .+: counts, job lists and details come from the primary until it answers\. Read replica \(readConnectionString\): .*ECONNREFUSED/,
+          );
+        expect(await note.isVisible()).toBe(true);
+        await page.waitForSelector('body[data-loaded="true"]');
+        expect(await shownCount(page, 'running')).toBe(3);
+        expect(await page.locator('[data-testid="replica-lag"]').isVisible()).toBe(false);
+        await page.context().close();
+
+        const healthy = await open(up.url);
+        await expect
+          .poll(() => healthy.locator('[data-testid="replica-lag"]').isVisible(), { timeout: 10_000 })
+          .toBe(true);
+        expect(await healthy.locator('[data-testid="replica-status"]').isVisible()).toBe(false);
+        await healthy.context().close();
+      } finally {
+        await Promise.all([down.close(), up.close()]);
       }
     });
 

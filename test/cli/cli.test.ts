@@ -171,6 +171,18 @@ const ids = (jobs: Job[]) => jobs.map((j) => j.id);
 const asJsonValue = (value: unknown): unknown => JSON.parse(JSON.stringify(value));
 const desc = (list: string[]) => [...list].sort((a, b) => Number(b) - Number(a));
 const lines = (text: string) => text.replace(/\n$/, '').split('\n');
+/** The options of a --help text, one string each: its wrapped lines joined by one space. */
+function optionLines(help: string): string[] {
+  const options: string[] = [];
+  let inOptions = false;
+  for (const line of lines(help)) {
+    if (/^\S/.test(line)) inOptions = line === 'Options:';
+    else if (inOptions && /^ {2}-/.test(line)) options.push(line.trim().replace(/\s{2,}/g, ' '));
+    else if (inOptions && /^ {3,}\S/.test(line) && options.length > 0)
+      options[options.length - 1] += ` ${line.trim()}`;
+  }
+  return options;
+}
 
 /** util-linux `script`, to give the CLI a pseudo-TTY (Linux only). */
 const hasScript =
@@ -217,7 +229,45 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       expect(text, SUBCOMMANDS[i]).toMatch(new RegExp(`^Usage: skiplock ${SUBCOMMANDS[i]}\\b`));
       expect(text, SUBCOMMANDS[i]).toMatch(/\nExamples:\n {2}\$ /);
       expect(text, SUBCOMMANDS[i]).not.toMatch(ANSI);
+      // Issue 26: `(default 30000) (default: 30000)`: a default said once per option. Deliberate
+      // break seen failing: worker.ts with "(default 30000)" back in --stop-timeout-ms's text.
+      for (const option of optionLines(text)) {
+        expect(option.match(/\(default\b/g)?.length ?? 0, option).toBeLessThanOrEqual(1);
+      }
     });
+    const option = (name: string, prefix: string) =>
+      optionLines(ok(helps[SUBCOMMANDS.indexOf(name)] as CliResult)).find((line) => line.startsWith(prefix));
+    expect(option('worker', '--stop-timeout-ms')).toBe(
+      '--stop-timeout-ms <n> on SIGINT/SIGTERM, wait this long for running jobs (default: 30000)',
+    );
+    expect(option('ops', '--interval')).toBe(
+      '--interval <duration> refresh interval with --watch (default: 2s)',
+    );
+    expect(option('list', '--limit')).toBe('--limit <n> how many, at most 1000 (default: 50)');
+  });
+
+  // Issue 26: a prune of one batch with stderr not a terminal left "prune 3" twice. Deliberate
+  // break seen failing: format.ts progress().done() writing its line whenever one was written
+  // before (the old rule): stderr was "prune 3\nprune 3\n". Its own schema: --older-than 1s
+  // would take other tests' finished rows.
+  test('prune in text mode with stderr not a terminal: one progress line, then the summary', async () => {
+    const schema = 'cli_prune_text';
+    const other = (args: string[]) => runCli(['--schema', schema, ...args], { url: db.url, schema: false });
+    ok(await other(['migrate']));
+    const own = db.queue({ schema });
+    try {
+      const made = await Promise.all([1, 2, 3].map((n) => own.enqueue('cli.prune.text', { n })));
+      await db.sql(
+        `UPDATE ${schema}.jobs SET status = 'done', updated_at = now() - interval '1 hour' WHERE id = ANY($1::bigint[])`,
+        [made.map((r) => r.id)],
+      );
+    } finally {
+      await own.close();
+    }
+    const pruned = await other(['prune', '--older-than', '1s']);
+    expect(pruned.code, describeRun(pruned)).toBe(0);
+    expect(pruned.stdout).toBe('Deleted 3 finished jobs older than 1 s.\n');
+    expect(pruned.stderr).toBe('prune 3\n');
   });
 
   test('bad arguments and failures: one line on stderr, exit 2 / 1, no stack unless --verbose', async () => {
@@ -359,6 +409,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       workerId: null,
     });
     expect(Number.isNaN(Date.parse(job.createdAt as string))).toBe(false);
+    expect(job).toMatchObject({ dependsOn: [], dependsOnCount: 0, dependents: [], dependentsCount: 0 });
 
     const text = ok(asText);
     expect(text).not.toMatch(ANSI);
@@ -368,6 +419,8 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     expect(text).toMatch(/^priority +7$/m);
     expect(text).toMatch(/^attempts +0 of 3$/m);
     expect(text).toMatch(/^dedupe key +cli-get$/m);
+    expect(text).toMatch(/^depends on +—$/m);
+    expect(text).toMatch(/^dependents +—$/m);
     expect(text).toMatch(/^created +\d{4}-\d\d-\d\dT[\d:.]+Z \((now|\d+ (s|min) ago)\)$/m);
     expect(text).toMatch(/^ +"to": "ada",$/m); // the payload, pretty-printed and indented
     // Every field's value starts in the same column.
@@ -379,6 +432,62 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     expect(columns.size, text).toBe(1);
 
     oneLineError(unknown, 3, /^skiplock: No job with id 987654321$/m);
+  });
+
+  // Issue 26: `get` of a waiting job did not say what it waits for. Deliberate break seen
+  // failing: get.ts printing `jobDetail(job)` and `job` without the summary (no "depends on"
+  // row, no dependsOn in --json).
+  // Its own schema: 108 jobs here would give the other tests' tables three-digit ids.
+  test('get of a waiting job: what it waits for and what waits for it, bounded to 100 ids with counts', async () => {
+    const schema = 'cli_get_deps';
+    const own = db.queue({ schema });
+    await own.migrate();
+    const get = (args: string[]) =>
+      runCli(['--schema', schema, 'get', ...args], { url: db.url, schema: false });
+    const first = await own.enqueue('cli.get.dep', null);
+    const second = await own.enqueue('cli.get.dep', null);
+    const waiting = await own.enqueue('cli.get.waiting', null, { dependsOn: [first.id, second.id] });
+    const fanOut = await Promise.all(
+      Array.from({ length: 105 }, () => own.enqueue('cli.get.fan', null, { dependsOn: [first.id] })),
+    );
+    const fanIds = fanOut.map((r) => r.id).sort((a, b) => Number(a) - Number(b));
+    const [waitingText, waitingJson, firstText, firstJson] = await Promise.all([
+      get([waiting.id]),
+      get([waiting.id, '--json']),
+      get([first.id]),
+      get([first.id, '--json']),
+    ]);
+    const text = ok(waitingText);
+    expect(text).toMatch(/^status +waiting$/m);
+    expect(text).toMatch(new RegExp(`^depends on +2 jobs: ${first.id}, ${second.id}$`, 'm'));
+    expect(text).toMatch(/^dependents +—$/m);
+    expect(json(waitingJson)).toMatchObject({
+      id: waiting.id,
+      status: 'waiting',
+      dependsOn: [first.id, second.id],
+      dependsOnCount: 2,
+      dependsOnCountExact: true,
+      dependents: [],
+      dependentsCount: 0,
+    });
+
+    // 106 dependents: the first 100, ten to a line under the value column, then "and 6 more".
+    const dependents = [waiting.id, ...fanIds].sort((a, b) => Number(a) - Number(b));
+    const shown = dependents.slice(0, 100);
+    const rows: string[] = [];
+    for (let i = 0; i < shown.length; i += 10) rows.push(shown.slice(i, i + 10).join(', '));
+    const label = 'lease until'.length; // the longest field name sets the value column
+    expect(ok(firstText)).toContain(
+      `\n${'dependents'.padEnd(label)}  106 jobs: ${rows.join(`,\n${' '.repeat(label + 2)}`)} and 6 more\n`,
+    );
+    expect(ok(firstText)).toMatch(/^depends on +—$/m);
+    expect(json(firstJson)).toMatchObject({
+      dependsOn: [],
+      dependsOnCount: 0,
+      dependents: shown,
+      dependentsCount: 106,
+      dependentsCountExact: true,
+    });
   });
 
   test('list: --status/--task/--queue filters, --after paging; for people an aligned table', async () => {

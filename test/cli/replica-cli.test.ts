@@ -2,7 +2,8 @@
  * The read-replica option of `skiplock ops` and `skiplock dashboard` (SPEC §4/§7, issue 8
  * defect 8): `--read-database-url`, else `$DATABASE_READ_URL`, "" for none. ops shows
  * `replicaLagMs` (--json) and a "replica lag (ms)" row (text) only with a replica; a replica
- * that cannot be reached is a one-line error naming it (exit 1); other commands ignore the
+ * that cannot be reached is a one-line error of ops naming it (exit 1; the dashboard starts
+ * anyway: dashboard-cli.test.ts); other commands ignore the
  * variable and read the primary. A real standby behind the option: streaming-replica.test.ts.
  *
  * Deliberate break seen failing: readDatabaseUrl() without its `$DATABASE_READ_URL` fallback
@@ -36,16 +37,15 @@ describe('CLI read replica', () => {
   test('DATABASE_READ_URL is the default; "" turns it off; other commands ignore it', async () => {
     const env = { DATABASE_READ_URL: DOWN };
     const { id } = await db.queue().enqueue('cli.replica', {});
-    const [down, off, get, dashboard] = await Promise.all([
+    const [down, off, get] = await Promise.all([
       run(['ops'], { env }),
       run(['ops', '--json', '--read-database-url', ''], { env }),
       run(['get', id, '--json'], { env }),
-      run(['dashboard', '--port', '0', '--read-database-url', DOWN]),
     ]);
     oneLineError(down, 1, REPLICA_ERROR);
     expect(json<OpsSnapshot>(off).replicaLagMs).toBeNull();
     expect(json<{ id: string }>(get).id).toBe(id);
-    oneLineError(dashboard, 1, REPLICA_ERROR); // fails fast before serving
+    // The dashboard no longer exits on a replica that is down (issue 26): dashboard-cli.test.ts.
   });
 
   test('--help of ops and dashboard documents the option and its variable', async () => {

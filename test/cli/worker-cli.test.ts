@@ -286,7 +286,7 @@ describe.concurrent('long-running commands', { timeout: 120_000 }, () => {
       });
       try {
         const match = await candidate.waitFor(
-          /^skiplock dashboard on (http:\/\/127\.0\.0\.1:(\d+)\/) \(no token: loopback only for changes\); metrics at \1metrics\n$/,
+          /^skiplock dashboard on (http:\/\/127\.0\.0\.1:(\d+)\/) \(listening on 127\.0\.0\.1; no token: anyone on this machine may read and change jobs\); metrics at \1metrics\n$/,
         );
         expect(Number(match[2])).toBe(port);
         url = match[1] as string;

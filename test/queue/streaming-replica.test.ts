@@ -125,6 +125,32 @@ describe.skipIf(!bin)('streaming replica', () => {
     expect((await queue.ops()).pending).toBe(before + 2);
   });
 
+  // Issue 26: after an idle spell the lag was the age of the last replayed transaction (≥ the
+  // idle time) for a replica one commit behind. Deliberate break seen failing: catchUpLag()
+  // returning `first.ageMs` when not caught up (the old figure) gave 3,110 ms here.
+  test('after an idle primary, a replica one commit behind shows how long it took to catch up, not the idle time', async () => {
+    await until(async () => (await queue.ops()).replicaLagMs === 0);
+    const before = (await queue.ops()).pending;
+    const IDLE_MS = 3_000;
+    await new Promise((resolve) => setTimeout(resolve, IDLE_MS)); // the scenario: nothing written for a while
+    await pauseReplay();
+    let resumed: Promise<unknown> = Promise.resolve();
+    try {
+      await queue.enqueue('replica.idle', {}); // one commit the replica has received, not replayed
+      const timer = setTimeout(() => {
+        resumed = onStandby('SELECT pg_wal_replay_resume()');
+      }, 200);
+      const ops = await queue.ops();
+      clearTimeout(timer);
+      expect(ops.replicaLagMs).toBeGreaterThanOrEqual(150); // it caught up when replay resumed…
+      expect(ops.replicaLagMs).toBeLessThan(IDLE_MS); // …and the idle time before the commit is not lag
+      expect(ops.pending).toBe(before + 1); // counts read after the lag: at least that fresh
+    } finally {
+      await resumed;
+      await onStandby('SELECT pg_wal_replay_resume()');
+    }
+  });
+
   test('skiplock ops and the dashboard read the replica: replicaLagMs in --json and /api/ops', async () => {
     const cli = await runCli(['ops', '--json', '--read-database-url', pair.standbyUrl], {
       url: pair.primaryUrl,
@@ -147,7 +173,13 @@ describe.skipIf(!bin)('streaming replica', () => {
         });
         dashboard.once('exit', (code) => reject(new Error(`dashboard exited (${code}): ${out}`)));
       });
-      const ops = (await (await fetch(`${url}api/ops`)).json()) as OpsSnapshot;
+      // Until the replica first answers the figures are the primary's (replica.status 'checking').
+      type Ops = OpsSnapshot & { replica: { status: string } | null };
+      let ops = (await (await fetch(`${url}api/ops`)).json()) as Ops;
+      await until(async () => {
+        ops = (await (await fetch(`${url}api/ops`)).json()) as Ops;
+        return ops.replica?.status === 'up';
+      });
       expect(ops.replicaLagMs).toBeGreaterThanOrEqual(0);
       expect(ops.replicaLagMs).toBeLessThan(1_000);
     } finally {

@@ -114,11 +114,26 @@ function renderOps(ops) {
   const lagShown = typeof ops.replicaLagMs === 'number';
   document.querySelector('[data-signal="replicaLagMs"]').parentElement.hidden = !lagShown;
   if (lagShown) signals.replicaLagMs = [`${number(ops.replicaLagMs)} ms`, ops.replicaLagMs >= 1000];
+  renderReplica(ops.replica);
   for (const [key, [text, alert]] of Object.entries(signals)) {
     const dd = document.querySelector(`[data-signal="${key}"]`);
     setText(dd, text);
     dd.classList.toggle('alert', alert);
   }
+}
+
+// The read replica (issue 26): said only while it is not the source of the figures.
+function renderReplica(replica) {
+  const note = $('replica-status');
+  note.hidden = !replica || replica.status === 'up';
+  if (note.hidden) return;
+  const since = new Date(replica.since).toLocaleTimeString();
+  setText(
+    note,
+    replica.status === 'down'
+      ? `Read replica unreachable since ${since}: counts, job lists and details come from the primary until it answers. ${replica.error ?? ''}`
+      : 'Read replica not reached yet: counts, job lists and details come from the primary.',
+  );
 }
 
 function limitsText(q) {
