@@ -11,6 +11,7 @@
  * before it waited. Each test names the break that made it fail (in a private copy of src/).
  */
 import { afterEach, describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import { claimWithLimits } from '../../src/engine/queues.js';
 import { DedupeConflictError } from '../../src/errors.js';
@@ -247,7 +248,7 @@ describe('§8 throttle: a window your open transaction is taking', () => {
       const answer = await waiting;
       const rows = await jobsOf(task);
       const windows = await db.sql<{ job_id: string; live: boolean }>(
-        `SELECT job_id::text AS job_id, until > clock_timestamp() AS live FROM "${engineOf(first).schema}".dedupe_windows WHERE key = $1`,
+        `SELECT job_id::text AS job_id, until > clock_timestamp() AS live FROM ${quoteIdent(engineOf(first).schema)}.dedupe_windows WHERE key = $1`,
         [key],
       );
       if (end === 'commits') {
@@ -530,7 +531,7 @@ describe('§8 limits: a limited claim whose transaction is still open', () => {
       expect(await claimPass(other, task)).toEqual([]);
       expect(await runningByGroup(q)).toEqual({ '-': 3 });
       const starts = await db.sql<{ n: number }>(
-        `SELECT count(*)::int AS n FROM "${engineOf(queue).schema}".queue_starts WHERE queue = $1`,
+        `SELECT count(*)::int AS n FROM ${quoteIdent(engineOf(queue).schema)}.queue_starts WHERE queue = $1`,
         [q],
       );
       expect(starts[0]?.n).toBe(name === 'rateLimit' ? 3 : 0);
@@ -683,7 +684,7 @@ describe('counters and waits', () => {
       const schema = end === 'commits' ? 'held_count_c' : 'held_count_r';
       const queue = db.queue({ schema, poolSize: 4, retention: { completed: 'delete' } });
       await queue.migrate();
-      const counters = `"${schema}".counters`;
+      const counters = `${quoteIdent(schema)}.counters`;
       await db.sql(
         `INSERT INTO ${counters} (name, shard, n) SELECT 'completed_deleted', s, 0 FROM generate_series(0, 15) AS s`,
       );

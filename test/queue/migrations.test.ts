@@ -77,7 +77,7 @@ describe('migrations', () => {
     expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
     expect(results.every((r) => r.version === LATEST_VERSION)).toBe(true);
     const rows = await db.sql<{ version: number }>(
-      `SELECT version FROM "${schema}".migrations ORDER BY version`,
+      `SELECT version FROM ${quoteIdent(schema)}.migrations ORDER BY version`,
     );
     expect(rows.map((r) => r.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
   });

@@ -15,6 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { createServer, type Server, type Socket } from 'node:net';
 import { afterAll, beforeAll, describe, expect, inject, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { DatabaseError, NotMigratedError } from '../../src/errors.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
@@ -126,7 +127,7 @@ describe('read replica: timeouts and errors', () => {
     const holder = await db.pool.connect();
     try {
       await holder.query('BEGIN');
-      await holder.query(`LOCK TABLE "${schema}".jobs IN ACCESS EXCLUSIVE MODE`);
+      await holder.query(`LOCK TABLE ${quoteIdent(schema)}.jobs IN ACCESS EXCLUSIVE MODE`);
       const refused = await refusing.counts().catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(DatabaseError);
       expect(refused).toMatchObject({ code: 'ERR_DATABASE', sqlState: '55P03' });

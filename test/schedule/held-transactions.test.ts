@@ -7,6 +7,7 @@
  */
 import { afterEach, describe, expect, test } from 'vitest';
 import { nextTick } from '../../src/core/cron.js';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import { fireDueSchedules, tickKey } from '../../src/engine/scheduler.js';
 import type { Queue } from '../../src/queue.js';
@@ -20,7 +21,7 @@ afterEach(closeOpenTransactions);
 /** Jobs of `task` in `schema`: id, status and dedupe key, oldest first. */
 function jobsOf(schema: string, task: string) {
   return db.sql<{ id: string; status: string; dedupe_key: string | null }>(
-    `SELECT j.id::text AS id, status, dedupe_key FROM "${schema}".jobs AS j WHERE task = $1 ORDER BY j.id`,
+    `SELECT j.id::text AS id, status, dedupe_key FROM ${quoteIdent(schema)}.jobs AS j WHERE task = $1 ORDER BY j.id`,
     [task],
   );
 }
@@ -29,7 +30,7 @@ function jobsOf(schema: string, task: string) {
 async function scheduleRow(schema: string, name: string) {
   const rows = await db.sql<{ next: number; last_job_id: string | null }>(
     `SELECT floor(extract(epoch FROM next_run_at) * 1000)::float8 AS next, last_job_id::text AS last_job_id
-     FROM "${schema}".schedules WHERE name = $1`,
+     FROM ${quoteIdent(schema)}.schedules WHERE name = $1`,
     [name],
   );
   return rows[0];
@@ -72,7 +73,7 @@ describe('a scheduler step held open while another scheduler steps', () => {
       await queue.schedule(name, { cron, task });
       const schema = engineOf(queue).schema;
       await db.sql(
-        `UPDATE "${schema}".schedules SET next_run_at = date_trunc('year', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' WHERE name = $1`,
+        `UPDATE ${quoteIdent(schema)}.schedules SET next_run_at = date_trunc('year', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' WHERE name = $1`,
         [name],
       );
       const held = await heldStep(queue, name, cron);
@@ -150,7 +151,7 @@ describe('overlap: false when a held step commits while the next step is under w
     const queue = db.queue({ schema, poolSize: 4 });
     const other = db.queue({ schema, poolSize: 4 });
     await queue.migrate();
-    const schedules = `"${schema}".schedules`;
+    const schedules = `${quoteIdent(schema)}.schedules`;
     const name = 'overlap';
     const task = 'overlap.task';
     const cron = '* * * * * *';

@@ -24,6 +24,7 @@
  * failed; the prunes' row-version guard removed — both prune races failed, 3 runs of 3.
  */
 import { afterEach, describe, expect, test } from 'vitest';
+import { quoteIdent } from '../../src/db/identifier.js';
 import { PermanentError } from '../../src/errors.js';
 import type { Queue } from '../../src/queue.js';
 import type { ClaimedJob, JobStatus } from '../../src/types.js';
@@ -344,7 +345,7 @@ describe('prune while a dependent of a finished job commits', () => {
       const schema = pruner === 'prune()' ? 'held_prune' : 'held_pruner';
       const queue = db.queue({ schema, poolSize: 6, retention: { keepFinishedMs: 1 } });
       await queue.migrate();
-      const jobs = `"${schema}".jobs`;
+      const jobs = `${quoteIdent(schema)}.jobs`;
       const engine = (queue as unknown as { engine: { pruneFinished(limit: number): Promise<number> } })
         .engine;
       for (let round = 0; round < 4; round++) {
@@ -376,7 +377,7 @@ describe('prune while a dependent of a finished job commits', () => {
           `round ${round}: a dead dependency its new dependent needs was pruned`,
         ).toEqual([{ status: 'dead' }]);
         expect(
-          await db.sql(`SELECT 1 FROM "${schema}".job_dependencies WHERE job_id = $1`, [child]),
+          await db.sql(`SELECT 1 FROM ${quoteIdent(schema)}.job_dependencies WHERE job_id = $1`, [child]),
         ).toHaveLength(1);
         // and a requeue of it brings the dependent back
         expect((await queue.get(child))?.status).toBe('cancelled');
