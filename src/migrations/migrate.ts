@@ -16,6 +16,7 @@ import { waitHints } from './012-wait-hints.js';
 import { traceContext } from './013-trace-context.js';
 import { workflows } from './014-workflows.js';
 import { dependencyCommit } from './015-dependency-commit.js';
+import { cachedPicks } from './016-cached-picks.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -35,6 +36,7 @@ export const MIGRATIONS: readonly Migration[] = [
   traceContext,
   workflows,
   dependencyCommit,
+  cachedPicks,
 ];
 
 /** The schema version this package needs. */

@@ -10,6 +10,8 @@
 import { spawn } from 'node:child_process';
 import { describe, expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
+import { engineOf } from '../../src/engine/engine.js';
+import { claimWithLimits } from '../../src/engine/queues.js';
 import { NotMigratedError } from '../../src/errors.js';
 import { LATEST_VERSION, MIGRATIONS } from '../../src/migrations/migrate.js';
 import { useTestDatabase } from '../support/database.js';
@@ -237,7 +239,7 @@ describe('migrations', () => {
     )) as [{ id: string }];
     await db.sql(`INSERT INTO ${s}.job_dependencies (job_id, depends_on) VALUES ($1, $2)`, [child, parent]);
     const queue = db.queue({ schema });
-    expect((await queue.migrate()).applied).toEqual([15]);
+    expect((await queue.migrate()).applied).toEqual([15, 16]);
     expect((await queue.get(child))?.status).toBe('waiting');
     // a dependent written by this version while the parent runs
     const { id: later } = await queue.enqueue('v15.child', null, { dependsOn: [parent] });
@@ -246,5 +248,62 @@ describe('migrations', () => {
     expect(await queue.complete(lease, 'done after the migration')).toBe(true);
     expect((await queue.get(child))?.status).toBe('pending');
     expect((await queue.get(later))?.status).toBe('pending');
+  });
+  test("migration 16: the claims' picks are PL/pgSQL with a generic plan, and a version-15 schema with pending and grouped jobs claims the same jobs after it", async () => {
+    const schema = 'from_v15';
+    const s = await schemaAt(schema, 15);
+    const language = () =>
+      db.sql<{ proname: string; lanname: string; config: string[] | null }>(
+        `SELECT p.proname, l.lanname, p.proconfig AS config FROM pg_proc AS p
+         JOIN pg_language AS l ON l.oid = p.prolang JOIN pg_namespace AS n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1 AND p.proname IN ('pick_pending', 'pick_mixed', 'pick_queue') ORDER BY p.proname`,
+        [schema],
+      );
+    expect((await language()).map((f) => [f.proname, f.lanname])).toEqual([
+      ['pick_mixed', 'sql'],
+      ['pick_pending', 'sql'],
+      ['pick_queue', 'sql'],
+    ]);
+    // written by version 15: an ungrouped pending job, a grouped one, one in a limited queue
+    await db.sql(
+      `INSERT INTO ${s}.jobs (task, queue, group_key, priority) VALUES
+         ('v15.plain', 'default', NULL, 2), ('v15.grouped', 'default', 'g1', 1), ('v15.limited', 'narrow', NULL, 0)`,
+    );
+    await db.sql(`INSERT INTO ${s}.queues (name, concurrency) VALUES ('narrow', 1)`);
+    const queue = db.queue({ schema });
+    expect((await queue.migrate()).applied).toEqual([16]);
+    const functions = await language();
+    expect(functions.map((f) => [f.proname, f.lanname])).toEqual([
+      ['pick_mixed', 'plpgsql'],
+      ['pick_pending', 'plpgsql'],
+      ['pick_queue', 'plpgsql'],
+    ]);
+    for (const f of functions) {
+      expect(f.config).toEqual(
+        expect.arrayContaining([
+          'enable_sort=off',
+          'enable_bitmapscan=off',
+          'jit=off',
+          'plan_cache_mode=force_generic_plan',
+        ]),
+      );
+    }
+    // the grouped job first (priority 1), then the plain one: pick_mixed; the limited queue's
+    // job through pick_queue (the worker's claim pass)
+    const claimed = await queue.claim('w16', { limit: 5, queues: ['default'] });
+    expect(claimed.map((j) => j.task)).toEqual(['v15.grouped', 'v15.plain']);
+    const errors: unknown[] = [];
+    const pass = await claimWithLimits(engineOf(queue), {
+      workerId: 'w16',
+      limit: 5,
+      idle: 5,
+      leaseMs: 60_000,
+      tasks: null,
+      queues: null,
+      onError: (error) => errors.push(error),
+    });
+    expect(errors).toEqual([]);
+    expect(pass.jobs.map((j) => j.task)).toEqual(['v15.limited']);
+    expect(await queue.claim('w16', { limit: 5 })).toEqual([]);
   });
 });
