@@ -140,17 +140,22 @@ export function observeSql(s: string) {
 
     /**
      * §7 counts without a full-table count: waiting (§10), pending and running exactly through their partial
-     * indexes; each finished status exactly up to $1 rows (through jobs_finished_idx and the
+     * indexes; each finished status exactly up to EXACT_COUNT_LIMIT rows (through jobs_finished_idx and the
      * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
      * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
+     * Done is not read at all when the statistics collector's live rows (inserts minus deletes, a
+     * few seconds behind at most) leave at least twice that for it: a table of a million done jobs
+     * costs ops() what an empty one does (W6), and a table with few stays exact.
      * `done_deleted`: completions deleted at once (`retention: { completed: 'delete' }`), from
-     * their maintained counter (at most 16 rows). $1 exact limit, $2 schema name.
+     * their maintained counter (at most 16 rows). $1 schema name. The exact limit is a literal:
+     * as a parameter, the generic plan priced its LIMITs at a tenth of the table, and a table of
+     * a million done jobs was planned again at every call (~1 ms).
      */
     counts: `
       WITH rel AS (
         SELECT c.oid, c.relname, c.relpages, greatest(c.reltuples, 0)::float8 AS reltuples
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE n.nspname = $2 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
+        WHERE n.nspname = $1 AND c.relname IN ('jobs', 'jobs_dead_idx', 'jobs_cancelled_idx')
       ), est AS MATERIALIZED (
         SELECT
           -- the planner's own estimate: rows per page at the last VACUUM/ANALYZE times the
@@ -160,27 +165,34 @@ export function observeSql(s: string) {
                        ELSE coalesce(pg_stat_get_live_tuples(oid), 0)::float8 END
              FROM rel WHERE relname = 'jobs') AS table_rows,
           (SELECT reltuples FROM rel WHERE relname = 'jobs_dead_idx') AS dead_rows,
-          (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows
-      ), exact AS MATERIALIZED (
+          (SELECT reltuples FROM rel WHERE relname = 'jobs_cancelled_idx') AS cancelled_rows,
+          (SELECT coalesce(pg_stat_get_live_tuples(oid), 0)::float8 FROM rel WHERE relname = 'jobs') AS live_rows
+      ), others AS MATERIALIZED (
         SELECT
           (SELECT count(*) FROM ${jobs} WHERE status = 'waiting') AS waiting,
           (SELECT count(*) FROM ${jobs} WHERE status = 'pending') AS pending,
           (SELECT count(*) FROM ${jobs} WHERE status = 'running') AS running,
-          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT $1) d) AS done,
-          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT $1) d) AS dead,
-          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT $1) c) AS cancelled
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'dead' LIMIT ${EXACT_COUNT_LIMIT}) d) AS dead,
+          (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'cancelled' LIMIT ${EXACT_COUNT_LIMIT}) c) AS cancelled
+      ), exact AS MATERIALIZED (
+        -- the subquery is evaluated only in the branch taken (an init plan runs when first used)
+        SELECT o.*,
+               CASE WHEN est.live_rows - o.waiting - o.pending - o.running - o.dead - o.cancelled < 2 * ${EXACT_COUNT_LIMIT}::float8
+                    THEN (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT ${EXACT_COUNT_LIMIT}) d)
+                    ELSE ${EXACT_COUNT_LIMIT}::bigint END AS done
+        FROM others AS o, est
       )
       SELECT exact.waiting::float8 AS waiting, exact.pending::float8 AS pending, exact.running::float8 AS running,
-             CASE WHEN exact.dead < $1 THEN exact.dead::float8
+             CASE WHEN exact.dead < ${EXACT_COUNT_LIMIT} THEN exact.dead::float8
                   ELSE greatest(exact.dead::float8, est.dead_rows) END AS dead,
-             CASE WHEN exact.cancelled < $1 THEN exact.cancelled::float8
+             CASE WHEN exact.cancelled < ${EXACT_COUNT_LIMIT} THEN exact.cancelled::float8
                   ELSE greatest(exact.cancelled::float8, est.cancelled_rows) END AS cancelled,
-             CASE WHEN exact.done < $1 THEN exact.done::float8
+             CASE WHEN exact.done < ${EXACT_COUNT_LIMIT} THEN exact.done::float8
                   ELSE greatest(exact.done::float8,
                                 est.table_rows - exact.waiting - exact.pending - exact.running - exact.dead - exact.cancelled)
              END AS done,
-             (exact.done >= $1) AS done_estimated, (exact.dead >= $1) AS dead_estimated,
-             (exact.cancelled >= $1) AS cancelled_estimated,
+             (exact.done >= ${EXACT_COUNT_LIMIT}) AS done_estimated, (exact.dead >= ${EXACT_COUNT_LIMIT}) AS dead_estimated,
+             (exact.cancelled >= ${EXACT_COUNT_LIMIT}) AS cancelled_estimated,
              (SELECT coalesce(sum(n), 0) FROM ${counters} WHERE name = '${COMPLETED_DELETED}')::float8 AS done_deleted
       FROM exact, est`,
 
@@ -304,10 +316,7 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
   }
 
   async counts(db: Executor): Promise<StatusCounts> {
-    const rows = await this.run<Record<string, number | boolean>>(db, this.sql.counts, [
-      EXACT_COUNT_LIMIT,
-      this.schema,
-    ]);
+    const rows = await this.run<Record<string, number | boolean>>(db, this.sql.counts, [this.schema]);
     const row = rows[0] ?? {};
     const counts = {
       waiting: Number(row.waiting ?? 0),
