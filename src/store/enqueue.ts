@@ -7,7 +7,7 @@ import type { NewJob } from '../core/job-spec.js';
 import type { Executor } from '../db/executor.js';
 import { quoteLiteral } from '../db/identifier.js';
 import { ACTIVE, ON_DEDUPE_CONFLICT, RUN_AFTER } from './fragments.js';
-import { StatementFamily } from './runner.js';
+import { digitsArray, jsonArray, StatementFamily, textArray } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function enqueueSql(s: string) {
@@ -34,21 +34,24 @@ export function enqueueSql(s: string) {
 
     /**
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
-     * first so each input row learns whether it was inserted. §1.9 one NOTIFY for the batch,
+     * first so each input row learns whether it was inserted; the payloads come as one JSON array
+     * ($3), the other columns as array literals (src/store/runner.ts). §1.9 one NOTIFY for the batch,
      * in its transaction — or none when $10 is null (the caller then hints after the commit).
      * $11 group keys, $12 trace contexts (§9, JSON or null: one producer span per call).
      */
     insertMany: `
       WITH input AS MATERIALIZED (
         SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[],
+        FROM unnest($1::text[], $2::text[],
+                    ARRAY(SELECT p.payload FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS p(payload, n) ORDER BY p.n),
+                    $4::int[], $5::text[], $6::int[],
                     $7::timestamptz[], $8::float8[], $9::int[], $11::text[], $12::text[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
                                   run_at, delay_ms, timeout_ms, group_key, trace_context, ord)
       ), ins AS (
         INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
                              group_key, trace_context)
-        SELECT id, queue, task, payload::jsonb, priority, dedupe_key, max_attempts,
+        SELECT id, queue, task, payload, priority, dedupe_key, max_attempts,
                ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key, trace_context::jsonb
         -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
         -- one order and never deadlock (a key repeated in the batch: its first entry wins)
@@ -188,20 +191,47 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
     jobs: readonly NewJob[],
     notify = true,
   ): Promise<{ id: string; created: boolean }[]> {
-    const column = <T>(pick: (job: NewJob) => T) => jobs.map(pick);
+    // bound without the driver's per-element escaping (see digitsArray): queues and tasks
+    // repeat and are escaped once per run, the payloads (already JSON) are not escaped at all
+    const n = jobs.length;
+    const queue = new Array<string>(n);
+    const task = new Array<string>(n);
+    const payload = new Array<string>(n);
+    const priority = new Array<number>(n);
+    const dedupeKey = new Array<string | null>(n);
+    const maxAttempts = new Array<number>(n);
+    const runAt = new Array<string | null>(n);
+    const delayMs = new Array<number | null>(n);
+    const timeoutMs = new Array<number | null>(n);
+    const group = new Array<string | null>(n);
+    const trace = new Array<string | null>(n);
+    for (let i = 0; i < n; i++) {
+      const j = jobs[i] as NewJob;
+      queue[i] = j.queue;
+      task[i] = j.task;
+      payload[i] = j.payloadJson;
+      priority[i] = j.priority;
+      dedupeKey[i] = j.dedupeKey;
+      maxAttempts[i] = j.maxAttempts;
+      runAt[i] = j.runAt?.toISOString() ?? null;
+      delayMs[i] = j.delayMs;
+      timeoutMs[i] = j.timeoutMs;
+      group[i] = j.group;
+      trace[i] = j.traceContext;
+    }
     const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertMany, [
-      column((j) => j.queue),
-      column((j) => j.task),
-      column((j) => j.payloadJson),
-      column((j) => j.priority),
-      column((j) => j.dedupeKey),
-      column((j) => j.maxAttempts),
-      column((j) => j.runAt?.toISOString() ?? null),
-      column((j) => j.delayMs),
-      column((j) => j.timeoutMs),
+      textArray(queue),
+      textArray(task),
+      jsonArray(payload),
+      digitsArray(priority),
+      textArray(dedupeKey),
+      digitsArray(maxAttempts),
+      textArray(runAt),
+      digitsArray(delayMs),
+      digitsArray(timeoutMs),
       notify ? this.channel : null,
-      column((j) => j.group),
-      column((j) => j.traceContext),
+      textArray(group),
+      textArray(trace),
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
   }

@@ -102,17 +102,29 @@ export function byId<T>(items: readonly T[], id: (item: T) => string): T[] {
  * worker's CPU: ids, counts and tokens are decimal digits (nothing to escape), and a batch's
  * worker ids are one string repeated (escaped once).
  */
-export function digitsArray(values: readonly (string | number)[]): string {
-  return `{${values.join(',')}}`;
+export function digitsArray(values: readonly (string | number | null)[]): string {
+  let out = '';
+  for (let i = 0; i < values.length; i++) {
+    const value = values[i];
+    out += (i === 0 ? '' : ',') + (value === null ? 'NULL' : value);
+  }
+  return `{${out}}`;
 }
 
-/** A text[] literal; each distinct value escaped once per call (a batch's worker ids repeat). */
-export function textArray(values: readonly string[]): string {
+/**
+ * A text[] literal, null as NULL; each run of one repeated value escaped once (a batch's worker
+ * ids, queues and tasks repeat).
+ */
+export function textArray(values: readonly (string | null)[]): string {
   let last: string | null = null;
-  let quoted = '';
+  let quoted = 'NULL';
   const parts = new Array<string>(values.length);
   for (let i = 0; i < values.length; i++) {
-    const value = values[i] as string;
+    const value = values[i] as string | null;
+    if (value === null) {
+      parts[i] = 'NULL';
+      continue;
+    }
     if (value !== last) {
       last = value;
       quoted = `"${value.replace(/[\\"]/g, '\\$&')}"`;
