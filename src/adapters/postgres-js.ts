@@ -5,7 +5,8 @@
  * a JSON text bound to a `jsonb` parameter would be JSON.stringify'd again (stored as a JSON
  * string), so each string goes as a {@link TextParameter} — its text wherever a text is
  * expected, its parsed value where the serialiser asks for JSON. Arrays go as they are: the
- * server types them (Skiplock casts each, `$1::text[]`) and postgres.js serialises them so.
+ * server types them (Skiplock casts each, `$1::text[]`) and postgres.js serialises them so; an
+ * array already written as a literal (the batch statements bind theirs so) goes as that string.
  */
 import type { Queryable } from '../types.js';
 import { driverError, hasMethod, pgRows, requireTransaction } from './shared.js';
@@ -30,6 +31,23 @@ class TextParameter {
   }
 }
 
+/** Per statement text: the parameters it casts to an array type (`$3::text[]`). */
+const arrayParametersOf = new Map<string, ReadonlySet<number>>();
+
+/**
+ * The numbers of the parameters that `text` casts to an array type. Skiplock binds those as
+ * array literals (strings); postgres.js's array serialiser passes a string through as it is, but
+ * not a {@link TextParameter}. Skiplock's statements cast every array parameter.
+ */
+function arrayParameters(text: string): ReadonlySet<number> {
+  let found = arrayParametersOf.get(text);
+  if (found === undefined) {
+    found = new Set([...text.matchAll(/\$(\d+)::[a-z0-9_]+\[\]/gi)].map((m) => Number(m[1])));
+    if (arrayParametersOf.size < 1_000) arrayParametersOf.set(text, found);
+  }
+  return found;
+}
+
 /**
  * A Skiplock client on a postgres.js transaction: the job exists if and only if `tx` commits.
  *
@@ -46,8 +64,9 @@ export function fromPostgresJs(tx: PostgresJsTransaction): Queryable {
   );
   return {
     async query(text, values = []) {
-      const parameters = values.map((value) =>
-        typeof value === 'string' ? new TextParameter(value) : value,
+      const arrays = arrayParameters(text);
+      const parameters = values.map((value, i) =>
+        typeof value === 'string' && !arrays.has(i + 1) ? new TextParameter(value) : value,
       );
       try {
         return { rows: pgRows(await tx.unsafe(text, parameters)) };
