@@ -1,5 +1,4 @@
-import { pickMixedSql, pickPendingSql, pickQueueSql } from './009-groups.js';
-import { blocked } from './010-pending-scope.js';
+import { type PickFilter, pickMixedSql, pickPendingSql, pickQueueSql } from './009-groups.js';
 import type { Migration } from './migration.js';
 
 /**
@@ -10,17 +9,21 @@ import type { Migration } from './migration.js';
  * here, unchanged in what they read, lock and return (as migration 15 left them), as PL/pgSQL
  * functions running the same single query: PL/pgSQL keeps the plan for the session. The plan is
  * forced generic, the one the SQL functions had: planned without the arguments' values, so it
- * is the same plan whatever the first caller passed.
+ * is the same plan whatever the first caller passed. A cached plan is kept until the table's
+ * statistics change, so nothing in it may depend on them for its shape: the scope-'pending'
+ * filter (migration 10's `blocked`) is written so that it is always one probe of the running
+ * keyed jobs' index per keyed candidate (OFFSET 0 keeps the planner from turning it into a hash
+ * of every running keyed job, which it chose on a never-analyzed table and then kept).
  */
 export const cachedPicks: Migration = {
   version: 16,
   name: 'cached-picks',
   sql: (s) => `
-${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', blocked(s), 'FOR NO KEY UPDATE'))}
+${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE'))}
 
-${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', blocked(s), 'FOR NO KEY UPDATE'))}
+${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE'))}
 
-${asPlpgsql(pickQueueSql(s, 'CREATE OR REPLACE', blocked(s), 'FOR NO KEY UPDATE'))}
+${asPlpgsql(pickQueueSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE'))}
 `,
 };
 
@@ -49,3 +52,17 @@ ${query}
 END
 $fn$;`;
 }
+
+/**
+ * §8 scope 'pending' as migration 10's `blocked`: a pending job whose key has a running holder
+ * is not picked; always probed per keyed candidate through jobs_pending_key_running_idx.
+ */
+const probedBlocked =
+  (s: string): PickFilter =>
+  (alias) =>
+    `
+      -- §8 scope 'pending': not while the key's holder runs (one running per key)
+      AND (${alias}.pending_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM ${s}.jobs AS rk   -- one probe of the index of running keyed jobs
+            WHERE rk.pending_key = ${alias}.pending_key AND rk.status = 'running' AND rk.pending_key IS NOT NULL
+            OFFSET 0))`;

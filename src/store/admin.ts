@@ -6,7 +6,7 @@
 import type { Executor } from '../db/executor.js';
 import { DatabaseError, DedupeConflictError } from '../errors.js';
 import type { JobStatus } from '../types.js';
-import { UNCHANGED_SINCE_SNAPSHOT } from './fragments.js';
+import { notePrune, UNCHANGED_SINCE_SNAPSHOT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** A job's status before and after a one-statement transition (`after` null: it did not apply). */
@@ -134,7 +134,8 @@ export function adminSql(s: string) {
     /**
      * Deletes one keyset batch of finished jobs (never an active one) older than $2 ms, after
      * id $3: many short transactions instead of one long one. SKIP LOCKED: it never waits on a
-     * row another transaction holds (nor makes it wait); such a row is passed by.
+     * row another transaction holds (nor makes it wait); such a row is passed by. §7 notes the
+     * prune's time for counts() (notePrune).
      */
     pruneBatch: `
       WITH victims AS MATERIALIZED (
@@ -147,6 +148,7 @@ export function adminSql(s: string) {
       ), deleted AS (
         DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims)
         RETURNING id
+      ), noted AS (${notePrune(s)}
       )
       SELECT count(*)::int AS deleted, (SELECT max(id) FROM victims)::text AS last_id FROM deleted`,
 
@@ -168,6 +170,7 @@ export function adminSql(s: string) {
         FOR UPDATE SKIP LOCKED
       ), deleted AS (
         DELETE FROM ${jobs} WHERE id IN (SELECT id FROM victims) RETURNING id
+      ), noted AS (${notePrune(s)}
       )
       SELECT count(*)::int AS deleted FROM deleted`,
   };

@@ -35,7 +35,8 @@ export function enqueueSql(s: string) {
     /**
      * §1.7 as above for a whole batch in one INSERT (unnest of parallel arrays); ids are drawn
      * first so each input row learns whether it was inserted; the payloads come as one JSON array
-     * ($3), the other columns as array literals (src/store/runner.ts). §1.9 one NOTIFY for the batch,
+     * ($3, json: each payload is a jsonb of its own, limited as before), the other columns as
+     * array literals (src/store/runner.ts). §1.9 one NOTIFY for the batch,
      * in its transaction — or none when $10 is null (the caller then hints after the commit).
      * $11 group keys, $12 trace contexts (§9, JSON or null: one producer span per call).
      */
@@ -43,7 +44,8 @@ export function enqueueSql(s: string) {
       WITH input AS MATERIALIZED (
         SELECT nextval(${quoteLiteral(`${s}.jobs_id_seq`)}::regclass) AS id, t.*
         FROM unnest($1::text[], $2::text[],
-                    ARRAY(SELECT p.payload FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS p(payload, n) ORDER BY p.n),
+                    -- json, not jsonb: one jsonb value holds at most 256 MB, a batch's payloads may be more
+                    ARRAY(SELECT p.payload::jsonb FROM json_array_elements($3::json) WITH ORDINALITY AS p(payload, n) ORDER BY p.n),
                     $4::int[], $5::text[], $6::int[],
                     $7::timestamptz[], $8::float8[], $9::int[], $11::text[], $12::text[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,

@@ -117,6 +117,26 @@ export const APPEND_ATTEMPTED_BY = `(${HISTORY} || $1::text)[greatest(1, cardina
 
 /** The counter of completions deleted by `retention: { completed: 'delete' }` (migration 4). */
 export const COMPLETED_DELETED = 'completed_deleted';
+/**
+ * §7 when finished jobs were last pruned (epoch seconds, one row per shard): the live-row count
+ * of the statistics collector learns of a DELETE up to a minute later, so `counts()` counts done
+ * rows exactly for that long after a prune instead of trusting it (src/store/observe.ts).
+ */
+export const PRUNED_AT = 'pruned_at';
+/** Seconds after a prune during which `counts()` does not trust the statistics' live rows. */
+export const PRUNE_STATS_LAG_S = 60;
+
+/**
+ * §7 in a pruning statement whose deleted rows are CTE `deleted`: notes the time of the prune
+ * when it deleted any (a data-modifying CTE runs whether or not it is read).
+ */
+export const notePrune = (s: string) => `
+        INSERT INTO ${s}.counters AS c (name, shard, n)
+        SELECT '${PRUNED_AT}', pg_backend_pid() % ${COUNTER_SHARDS}, floor(extract(epoch FROM now()))::bigint
+        FROM (SELECT 1 FROM deleted LIMIT 1) AS any_deleted
+        ON CONFLICT (name, shard) DO UPDATE SET n = excluded.n
+        RETURNING 1`;
+
 /** Shards of a counter: the completing session's backend pid modulo this. */
 export const COUNTER_SHARDS = 16;
 

@@ -6,7 +6,14 @@
 import { type JobRow, toJob } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import type { Job, JobStatus, LiveStatus } from '../types.js';
-import { ACTIVE, COMPLETED_DELETED, JOB_COLUMNS, MAX_BIGINT } from './fragments.js';
+import {
+  ACTIVE,
+  COMPLETED_DELETED,
+  JOB_COLUMNS,
+  MAX_BIGINT,
+  PRUNE_STATS_LAG_S,
+  PRUNED_AT,
+} from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** Rows counted exactly before `counts()` switches a finished status to an estimate (§7). */
@@ -143,9 +150,10 @@ export function observeSql(s: string) {
      * indexes; each finished status exactly up to EXACT_COUNT_LIMIT rows (through jobs_finished_idx and the
      * dead/cancelled indexes: bounded reads), and beyond that an estimate — the index's own row
      * estimate for dead and cancelled, the table's live-row estimate minus the rest for done.
-     * Done is not read at all when the statistics collector's live rows (inserts minus deletes, a
-     * few seconds behind at most) leave at least twice that for it: a table of a million done jobs
-     * costs ops() what an empty one does (W6), and a table with few stays exact.
+     * Done is not read at all when the statistics collector's live rows (inserts minus deletes)
+     * leave at least twice that for it, dead and cancelled are below it, and nothing was pruned in
+     * the last minute (the statistics learn of a DELETE up to a minute late: `PRUNED_AT`): a table
+     * of a million done jobs costs ops() what an empty one does (W6), a table with few stays exact.
      * `done_deleted`: completions deleted at once (`retention: { completed: 'delete' }`), from
      * their maintained counter (at most 16 rows). $1 schema name. The exact limit is a literal:
      * as a parameter, the generic plan priced its LIMITs at a tenth of the table, and a table of
@@ -178,6 +186,11 @@ export function observeSql(s: string) {
         -- the subquery is evaluated only in the branch taken (an init plan runs when first used)
         SELECT o.*,
                CASE WHEN est.live_rows - o.waiting - o.pending - o.running - o.dead - o.cancelled < 2 * ${EXACT_COUNT_LIMIT}::float8
+                         -- dead or cancelled past the limit: what is left of the live rows is not done's
+                         OR o.dead >= ${EXACT_COUNT_LIMIT} OR o.cancelled >= ${EXACT_COUNT_LIMIT}
+                         -- a prune the statistics may not have seen yet
+                         OR EXISTS (SELECT 1 FROM ${counters} WHERE name = '${PRUNED_AT}'
+                                    AND n > extract(epoch FROM now()) - ${PRUNE_STATS_LAG_S})
                     THEN (SELECT count(*) FROM (SELECT 1 FROM ${jobs} WHERE status = 'done' LIMIT ${EXACT_COUNT_LIMIT}) d)
                     ELSE ${EXACT_COUNT_LIMIT}::bigint END AS done
         FROM others AS o, est
