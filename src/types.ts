@@ -299,7 +299,7 @@ export interface PruneOptions {
 
 /**
  * The operational snapshot (SPEC §3). Live states (pending, running) are exact; finished states
- * are exact up to 10,000 rows each (a bounded index read) and estimated from table statistics above that, so the snapshot stays cheap on a table of millions of finished jobs (SPEC §7).
+ * are exact up to 10,000 rows each (a bounded index read) and estimated from table statistics above that (done is then not read at all), so the snapshot stays cheap on a table of millions of finished jobs (SPEC §7).
  */
 export interface OpsSnapshot {
   /** Jobs whose dependencies are not all done yet (SPEC §10): not backlog. */
