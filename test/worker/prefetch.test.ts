@@ -17,9 +17,15 @@
  *  - stats().running as `runs.size - localQueue.size` (the queue still counting a dropped run):
  *    the lost-lease test saw 0 running while the first job ran.
  *  - claimCapacity() without `- this.runs.size`: the bound test saw 40 jobs held at once.
+ *  - capacity() counting the runs that write their outcome (as before the overlap): the overlap
+ *    test saw no claim while the completions were held back; without `Math.min(writing, window)`
+ *    saw all 60 jobs of the worker running at once.
  */
+import pg from 'pg';
 import { expect, test } from 'vitest';
+import { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
+import { TEST_SCHEMA } from '../support/schema.js';
 import { gate, heardNotification, nextEvent, recordEvents, startWorker, within } from './helpers.js';
 
 const db = useTestDatabase();
@@ -232,4 +238,69 @@ test('a held job whose local deadline passes (a blocked event loop) is given bac
   expect(attempts[second!.id]).toEqual([1]);
   expect((await queue.get(second!.id))?.attempts).toBe(1);
   expect(attempts[first!.id]).toEqual([1]);
+});
+
+test('the next claim overlaps the write of the last outcomes, and the jobs still writing stay bounded', async () => {
+  // The completions are held back at the driver seam (a real pg.Pool whose clients delay the
+  // batch completion statement while `slow` is set): meanwhile the worker must claim again — its
+  // slots and window are free — but never hold more than one more window of writing jobs.
+  const slow = { on: true, held: 0 };
+  class SlowClient extends pg.Client {
+    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
+    override query(config: any, values?: any, callback?: any): any {
+      const text: string = typeof config === 'string' ? config : config.text;
+      if (slow.on && /status = 'done', result = \$5::jsonb/.test(text)) {
+        slow.held++;
+        const later = () => super.query(config, values, callback);
+        if (typeof callback === 'function' || typeof values === 'function') {
+          setTimeout(later, 400);
+          return undefined;
+        }
+        return new Promise((resolve) => setTimeout(resolve, 400)).then(later);
+      }
+      return super.query(config, values, callback);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: db.url, max: 6, Client: SlowClient });
+  pool.on('error', () => undefined);
+  const queue = new Queue({ pool, schema: TEST_SCHEMA });
+  try {
+    const producer = db.queue();
+    await producer.enqueueMany(
+      Array.from({ length: 60 }, (_, i) => ({ task: 'pf.overlap', payload: { i } })),
+    );
+    let peak = 0;
+    const worker = await startWorker(db, {
+      queue,
+      tasks: { 'pf.overlap': async () => undefined },
+      concurrency: 2,
+      prefetch: 3, // window 5: at most 5 held or running, and 5 more writing
+    });
+    const runningRows = async () => {
+      const [row] = await db.sql<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE task = 'pf.overlap' AND status = 'running' AND worker_id = $1`,
+        [worker.workerId],
+      );
+      peak = Math.max(peak, row?.n ?? 0);
+      return row?.n ?? 0;
+    };
+    // while the first completions wait, more than one window of jobs is claimed
+    await expect.poll(async () => (await runningRows()) > 5, { timeout: 5_000, interval: 20 }).toBe(true);
+    expect(slow.held).toBeGreaterThan(0);
+    const sampler = setInterval(() => void runningRows(), 25);
+    try {
+      await expect.poll(() => worker.stats().done, { timeout: 20_000 }).toBe(60);
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(peak).toBeLessThanOrEqual(10);
+    const [left] = await db.sql<{ n: number }>(
+      `SELECT count(*)::int AS n FROM ${db.jobs} WHERE task = 'pf.overlap' AND (status <> 'done' OR attempts <> 1)`,
+    );
+    expect(left?.n).toBe(0);
+  } finally {
+    slow.on = false;
+    await queue.close();
+    await pool.end();
+  }
 });
