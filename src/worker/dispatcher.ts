@@ -90,7 +90,8 @@ export class Dispatcher {
 
   /**
    * How many more jobs a claim may take now: up to `concurrency + prefetch` claims held or
-   * running; runs writing their outcome count only beyond as many again. So the next claim
+   * running; runs writing their outcome count only beyond as many again (with `prefetch` > 0).
+   * So the next claim
    * overlaps the write of the last outcomes instead of waiting for it: a drain that counted them
    * alternated claim and write, never both at once (measured: 51 % of the drain claiming only,
    * 32 % writing only, 0 % both). Nothing while stopping. A small gap is left for later while
@@ -100,7 +101,9 @@ export class Dispatcher {
     if (!this.deps.running()) return 0;
     const { concurrency, prefetch } = this.deps.settings;
     const window = concurrency + prefetch;
-    const writing = this.live - this.executing;
+    // `prefetch: 0` keeps its promise (docs/worker.md): no job is claimed while an outcome is
+    // still unwritten, so a crash in the next job can never cost one that already succeeded
+    const writing = prefetch === 0 ? 0 : this.live - this.executing;
     const room = window - (this.runs.size - Math.min(writing, window));
     if (this.localQueue.size > 0 && room < Math.max(1, Math.floor(window / 4))) return 0;
     return Math.min(room, MAX_CLAIM_BATCH);

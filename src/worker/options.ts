@@ -97,9 +97,11 @@ export interface WorkerOptions {
    * How many jobs the worker may claim ahead of its free slots, held in claim order until a slot
    * frees (default: `concurrency`, at least 50; at most 10 000). Claiming then overlaps running,
    * in larger batches. Jobs whose outcome is being written do not count, up to
-   * `concurrency + prefetch` of them: the next claim overlaps their write. Held jobs keep their leases (renewed like running ones) and are given back
-   * at once on stop(), without spending an attempt. `0` claims only for free slots: a worker
-   * then never holds a job it cannot start, which suits few, long jobs shared by many workers.
+   * `concurrency + prefetch` of them: the next claim overlaps their write (a crash loses those
+   * outcomes too). Held jobs keep their leases (renewed like running ones) and are given back
+   * at once on stop(), without spending an attempt. `0` claims only for free slots, and only once
+   * every outcome is written: a worker then never holds a job it cannot start, which suits few,
+   * long jobs shared by many workers.
    */
   prefetch?: number;
   /**

@@ -6,7 +6,8 @@
  *   idle ──start()──▶ running ──stop()──▶ stopping ──▶ stopped
  *
  * While running, four loops cooperate, each with a tick() of its own:
- *   - ClaimLoop: claims up to `concurrency + prefetch` held jobs on a hint, a due timer, the
+ *   - ClaimLoop: claims up to `concurrency + prefetch` held or running jobs (and with prefetch,
+ *     as many again writing their outcome) on a hint, a due timer, the
  *     fallback poll or a freed slot, into the LocalQueue, from which free slots start them;
  *   - LeaseKeeper: renews all leases (held and running) in one statement every leaseMs / 3;
  *   - Reaper: reclaims expired leases every reapIntervalMs (with jitter); Pruner, with

@@ -304,3 +304,59 @@ test('the next claim overlaps the write of the last outcomes, and the jobs still
     await pool.end();
   }
 });
+
+test('prefetch 0: no job is claimed while an outcome is unwritten (a crash in the next job never costs one that succeeded)', async () => {
+  // Found by review of the overlap: with concurrency 1 and prefetch 0 the next job was claimed
+  // and started while the previous one's completion was still being written; the next job
+  // killing the process then left a job whose handler had succeeded to the reaper (dead with
+  // maxAttempts 1). Break seen failing: the writing credit applied with prefetch 0 as well.
+  const slow = { on: true, held: 0 };
+  class SlowClient extends pg.Client {
+    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
+    override query(config: any, values?: any, callback?: any): any {
+      const text: string = typeof config === 'string' ? config : config.text;
+      if (slow.on && /status = 'done', result = \$5::jsonb/.test(text)) {
+        slow.held++;
+        const later = () => super.query(config, values, callback);
+        if (typeof callback === 'function' || typeof values === 'function') {
+          setTimeout(later, 300);
+          return undefined;
+        }
+        return new Promise((resolve) => setTimeout(resolve, 300)).then(later);
+      }
+      return super.query(config, values, callback);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: db.url, max: 4, Client: SlowClient });
+  pool.on('error', () => undefined);
+  const queue = new Queue({ pool, schema: TEST_SCHEMA });
+  try {
+    await db.queue().enqueueMany(Array.from({ length: 4 }, (_, i) => ({ task: 'pf.zero', payload: { i } })));
+    let peak = 0;
+    const worker = await startWorker(db, {
+      queue,
+      tasks: { 'pf.zero': async () => undefined },
+      concurrency: 1,
+      prefetch: 0,
+    });
+    const sample = async () => {
+      const [row] = await db.sql<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${db.jobs} WHERE task = 'pf.zero' AND status = 'running' AND worker_id = $1`,
+        [worker.workerId],
+      );
+      peak = Math.max(peak, row?.n ?? 0);
+    };
+    const sampler = setInterval(() => void sample(), 20);
+    try {
+      await expect.poll(() => worker.stats().done, { timeout: 20_000 }).toBe(4);
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(slow.held).toBeGreaterThanOrEqual(1);
+    expect(peak).toBe(1);
+  } finally {
+    slow.on = false;
+    await queue.close();
+    await pool.end();
+  }
+});
