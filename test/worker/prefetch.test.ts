@@ -30,6 +30,33 @@ import { gate, heardNotification, nextEvent, recordEvents, startWorker, within }
 
 const db = useTestDatabase();
 
+/**
+ * A real pg.Pool whose clients hold the batch completion statement back by `delayMs` while
+ * `slow.on` (the driver seam: no SQL can slow one statement down on demand); `slow.held` counts them.
+ */
+function slowCompletionsPool(delayMs: number, max: number) {
+  const slow = { on: true, held: 0 };
+  class SlowClient extends pg.Client {
+    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
+    override query(config: any, values?: any, callback?: any): any {
+      const text: string = typeof config === 'string' ? config : config.text;
+      if (slow.on && /status = 'done', result = \$5::jsonb/.test(text)) {
+        slow.held++;
+        const later = () => super.query(config, values, callback);
+        if (typeof callback === 'function' || typeof values === 'function') {
+          setTimeout(later, delayMs);
+          return undefined;
+        }
+        return new Promise((resolve) => setTimeout(resolve, delayMs)).then(later);
+      }
+      return super.query(config, values, callback);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: db.url, max, Client: SlowClient });
+  pool.on('error', () => undefined);
+  return { pool, slow };
+}
+
 async function statusesOf(ids: string[]): Promise<Map<string, { status: string; attempts: number }>> {
   const rows = await db.sql<{ id: string; status: string; attempts: number }>(
     `SELECT id::text AS id, status, attempts FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
@@ -244,25 +271,7 @@ test('the next claim overlaps the write of the last outcomes, and the jobs still
   // The completions are held back at the driver seam (a real pg.Pool whose clients delay the
   // batch completion statement while `slow` is set): meanwhile the worker must claim again — its
   // slots and window are free — but never hold more than one more window of writing jobs.
-  const slow = { on: true, held: 0 };
-  class SlowClient extends pg.Client {
-    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
-    override query(config: any, values?: any, callback?: any): any {
-      const text: string = typeof config === 'string' ? config : config.text;
-      if (slow.on && /status = 'done', result = \$5::jsonb/.test(text)) {
-        slow.held++;
-        const later = () => super.query(config, values, callback);
-        if (typeof callback === 'function' || typeof values === 'function') {
-          setTimeout(later, 400);
-          return undefined;
-        }
-        return new Promise((resolve) => setTimeout(resolve, 400)).then(later);
-      }
-      return super.query(config, values, callback);
-    }
-  }
-  const pool = new pg.Pool({ connectionString: db.url, max: 6, Client: SlowClient });
-  pool.on('error', () => undefined);
+  const { pool, slow } = slowCompletionsPool(400, 6);
   const queue = new Queue({ pool, schema: TEST_SCHEMA });
   try {
     const producer = db.queue();
@@ -310,25 +319,7 @@ test('prefetch 0: no job is claimed while an outcome is unwritten (a crash in th
   // and started while the previous one's completion was still being written; the next job
   // killing the process then left a job whose handler had succeeded to the reaper (dead with
   // maxAttempts 1). Break seen failing: the writing credit applied with prefetch 0 as well.
-  const slow = { on: true, held: 0 };
-  class SlowClient extends pg.Client {
-    // biome-ignore lint/suspicious/noExplicitAny: pg's overloaded query signature.
-    override query(config: any, values?: any, callback?: any): any {
-      const text: string = typeof config === 'string' ? config : config.text;
-      if (slow.on && /status = 'done', result = \$5::jsonb/.test(text)) {
-        slow.held++;
-        const later = () => super.query(config, values, callback);
-        if (typeof callback === 'function' || typeof values === 'function') {
-          setTimeout(later, 300);
-          return undefined;
-        }
-        return new Promise((resolve) => setTimeout(resolve, 300)).then(later);
-      }
-      return super.query(config, values, callback);
-    }
-  }
-  const pool = new pg.Pool({ connectionString: db.url, max: 4, Client: SlowClient });
-  pool.on('error', () => undefined);
+  const { pool, slow } = slowCompletionsPool(300, 4);
   const queue = new Queue({ pool, schema: TEST_SCHEMA });
   try {
     await db.queue().enqueueMany(Array.from({ length: 4 }, (_, i) => ({ task: 'pf.zero', payload: { i } })));
