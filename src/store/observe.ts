@@ -54,7 +54,11 @@ export function observeSql(s: string) {
      * a job's own ctx.transaction can hold it for long, and a waiter must not hold a pooled
      * connection meanwhile (nor starve the heartbeat of one). A row skipped comes back from the
      * statement's snapshot with `hinted` false: the caller reads it again and asks again. No
-     * row: no such job.
+     * row: no such job. §1.9 while this statement holds a pending job's row lock, a claim skips
+     * the job (SKIP LOCKED) and its worker may go back to sleep: so a pending job hinted here is
+     * announced again (`pg_notify` at this statement's commit), or it waited for the slow poll
+     * (seen: test/workflows/flows.test.ts, a job unblocked and then waited for).
+     * $1 id, $2 channel.
      */
     requestFinishHint: `
       WITH hinted AS (
@@ -64,9 +68,9 @@ export function observeSql(s: string) {
                     FOR NO KEY UPDATE SKIP LOCKED)
         RETURNING ${JOB_COLUMNS}, true AS hinted
       )
-      SELECT * FROM hinted
+      SELECT hinted.*, CASE WHEN status = 'pending' THEN pg_notify($2, 'jobs')::text END AS notified FROM hinted
       UNION ALL
-      SELECT ${JOB_COLUMNS}, coalesce(wait_hint, false) AS hinted FROM ${jobs}
+      SELECT ${JOB_COLUMNS}, coalesce(wait_hint, false) AS hinted, NULL::text AS notified FROM ${jobs}
       WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM hinted)`,
 
     /**
@@ -283,7 +287,10 @@ export class ObserveStatements extends StatementFamily<ReturnType<typeof observe
    * locked; ask again), or null when there is no such job (see requestFinishHint).
    */
   async requestFinishHint(db: Executor, id: string): Promise<{ job: Job; hinted: boolean } | null> {
-    const rows = await this.run<JobRow & { hinted: boolean }>(db, this.sql.requestFinishHint, [id]);
+    const rows = await this.run<JobRow & { hinted: boolean }>(db, this.sql.requestFinishHint, [
+      id,
+      this.channel,
+    ]);
     return rows[0] ? { job: toJob(rows[0]), hinted: rows[0].hinted === true } : null;
   }
 

@@ -347,4 +347,48 @@ describe('wake-up', () => {
       listener.release();
     }
   });
+
+  // §1.9 the race behind the test above, held open: waitFor's hint statement locks a pending job
+  // while a woken worker claims; the claim skips the row (SKIP LOCKED) and comes back short. The
+  // hint statement must announce the job again at its commit, or the worker sleeps until its
+  // 30 s poll. (Broken on purpose: without the statement's pg_notify this test waits 30 s.)
+  test("a claim that skipped a job locked by waitFor's hint is woken again at its commit", async () => {
+    const queue = db.queue({ schema: 'wf_hint_lock' });
+    await queue.migrate();
+    const target = await queue.enqueue('hint.target', {});
+    const started: string[] = [];
+    const worker = db.worker({
+      queue,
+      tasks: {
+        'hint.target': async () => {
+          started.push('target');
+        },
+        'hint.other': async () => {
+          started.push('other');
+        },
+      },
+      pollIntervalMs: 30_000,
+    });
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      const hinted = await engineOf(queue).store.observe.requestFinishHint(holder, target.id);
+      expect(hinted?.hinted).toBe(true); // the hint's row lock is now held open
+      await worker.start(); // its first claim skips the locked target
+      await queue.enqueue('hint.other', {}); // a NOTIFY: the worker claims again, skips again
+      const other = Date.now();
+      while (!started.includes('other') && Date.now() - other < 10_000)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(started).toEqual(['other']);
+      const committedAt = Date.now();
+      await holder.query('COMMIT');
+      const done = await queue.waitFor(target.id, { timeoutMs: 10_000 });
+      expect(done.status).toBe('done');
+      expect(Date.now() - committedAt).toBeLessThan(5_000);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      await worker.stop();
+    }
+  });
 });
