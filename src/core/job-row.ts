@@ -133,3 +133,109 @@ function toDate(value: Date | string | number): Date {
 function toDateOrNull(value: Date | string | number | null): Date | null {
   return value === null ? null : toDate(value);
 }
+
+/**
+ * A row of the plain claim, read as an array (src/store/fragments.ts `CLAIMED_COLUMNS`, then the
+ * pick's position for grouped picks): what varies per job, the claim's own time once, and the
+ * rare fields packed as one JSON array (null when all are empty).
+ */
+export type ClaimedColumns = [
+  id: string,
+  queue: string,
+  task: string,
+  priority: number,
+  payload: unknown,
+  attempts: number,
+  maxAttempts: number,
+  timeoutMs: number | null,
+  claims: string,
+  runAfterUs: string,
+  createdAtUs: string,
+  nowUs: string,
+  traceContext: string | null,
+  extra: string | null,
+  pickOrder: string | number | null,
+];
+
+/** The packed rare fields of {@link ClaimedColumns}: dedupe key, group, flow, progress, result, last error, history. */
+type Extra = [
+  dedupeKey: string | null,
+  group: string | null,
+  flowId: string | null,
+  flowRef: string | null,
+  progress: unknown,
+  result: unknown,
+  lastError: string | null,
+  attemptedBy: string[],
+];
+
+/** An epoch-microseconds column (int8, whatever the application's int8 parser makes of it) as a Date. */
+function microsToDate(value: string | number | bigint): Date {
+  return new Date(Math.floor(Number(value) / 1000));
+}
+
+/**
+ * Orders the rows of one claim as the pick chose (SPEC §2: priority, run_after, id; with group
+ * keys, the round-robin pick's own positions) and maps them to {@link ClaimedJob}s for
+ * `workerId`, whose lease lasts `leaseMs` from the claim's time.
+ */
+export function claimedJobsInPickOrder(
+  rows: ClaimedColumns[],
+  workerId: string,
+  leaseMs: number,
+): ClaimedJob[] {
+  if (rows.length > 1) rows.sort(rows[0]?.[14] == null ? byClaimOrder : byPickPosition);
+  const jobs = new Array<ClaimedJob>(rows.length);
+  for (let i = 0; i < rows.length; i++) jobs[i] = claimedJob(rows[i] as ClaimedColumns, workerId, leaseMs);
+  return jobs;
+}
+
+function byPickPosition(a: ClaimedColumns, b: ClaimedColumns): number {
+  return Number(a[14]) - Number(b[14]);
+}
+
+/** priority, run_after (µs), id (decimal strings without leading zeros: a shorter one is smaller). */
+function byClaimOrder(a: ClaimedColumns, b: ClaimedColumns): number {
+  return (
+    Number(a[3]) - Number(b[3]) ||
+    Number(a[9]) - Number(b[9]) ||
+    a[0].length - b[0].length ||
+    (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)
+  );
+}
+
+function claimedJob(row: ClaimedColumns, workerId: string, leaseMs: number): ClaimedJob {
+  const attempts = Number(row[5]);
+  const nowMs = Math.floor(Number(row[11]) / 1000);
+  const extra = row[13] === null ? null : (JSON.parse(row[13]) as Extra);
+  const job: ClaimedJob = {
+    id: String(row[0]),
+    queue: row[1],
+    task: row[2],
+    status: 'running',
+    priority: Number(row[3]),
+    payload: row[4],
+    result: extra === null ? null : extra[5],
+    dedupeKey: extra === null ? null : extra[0],
+    group: extra === null ? null : extra[1],
+    progress: extra === null ? null : extra[4],
+    flowId: extra === null ? null : extra[2],
+    flowRef: extra === null ? null : extra[3],
+    attempts,
+    maxAttempts: Number(row[6]),
+    runAfter: microsToDate(row[9]),
+    leaseUntil: new Date(nowMs + leaseMs),
+    workerId,
+    runStartedAt: new Date(nowMs),
+    timeoutMs: row[7] === null ? null : Number(row[7]),
+    lastError: extra === null ? null : extra[6],
+    cancelRequestedAt: null,
+    createdAt: microsToDate(row[10]),
+    updatedAt: new Date(nowMs),
+    attemptedBy: extra === null ? [workerId] : extra[7],
+    attempt: attempts,
+    token: String(row[8]),
+  };
+  if (row[12]) traceContexts.set(job, row[12]);
+  return job;
+}

@@ -3,10 +3,10 @@
  * statement is defined next to the method that binds its parameters; the quoted schema is spliced
  * once, everything else is a parameter.
  */
-import { type JobRow, toClaimedJob } from '../core/job-row.js';
+import { type ClaimedColumns, claimedJobsInPickOrder } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
-import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS, TRACE_CONTEXT } from './fragments.js';
+import { APPEND_ATTEMPTED_BY, CLAIMED_COLUMNS } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
@@ -18,39 +18,45 @@ export function claimSql(s: string) {
      * the ordered walk of the claim index, whatever the statistics) and claim in the same
      * UPDATE; §1.2 the outer WHERE re-checks the status; §1.3 a new claim token (`claims` + 1,
      * never reused); §1.4 lease and run_after in database time.
-     * Rows come back in the pick's order (priority, run_after, id; with group keys, round by
-     * round): a worker that holds some back starts the first ones first. §9 each row brings its
-     * stored trace context (as text: parsed only by a worker that traces) for the attempt's span.
+     * Each row is the lean CLAIMED_COLUMNS (read as an array) and, for a grouped pick, its
+     * position in it; the caller puts them in the pick's order (priority, run_after, id; with
+     * group keys, round by round), so a worker that holds some back starts the first ones first
+     * — sorting the plain case in SQL, or joining it to the pick, cost more than the rows'
+     * nearly-sorted order costs to sort in Node. §9 each row brings its stored trace context (as
+     * text: parsed only by a worker that traces) for the attempt's span.
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
      * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
     claim: `
-      WITH picked AS MATERIALIZED (
-        -- §8 with no grouped job due anywhere, the plain pick (the probe: one descent of an
-        -- index that is empty when groups are not used); else the pick that takes grouped jobs
-        -- round-robin (migration 9)
-        SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_pending($2::int, $3::text[], $4::text[]) WITH ORDINALITY AS p(id, ord)
-        WHERE NOT EXISTS (SELECT 1 FROM ${jobs} AS g
-                          WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now())
-        UNION ALL
+      WITH grouped AS MATERIALIZED (
+        -- §8 is any grouped job due? (one descent of an index that is empty when groups are not used)
+        SELECT EXISTS (SELECT 1 FROM ${jobs} AS g
+                       WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now()) AS due
+      ), picked AS MATERIALIZED (
+        -- §8 only then: the pick that takes grouped jobs round-robin (migration 9), in its order
         SELECT p.id AS pick_id, p.ord AS pick_ord
         FROM ${s}.pick_mixed($2::int, $3::text[], $4::text[], $6::jsonb) WITH ORDINALITY AS p(id, ord)
-        WHERE EXISTS (SELECT 1 FROM ${jobs} AS g
-                      WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now())
-      )
-      , claimed AS (
+        WHERE (SELECT due FROM grouped)
+      ), claimed AS (
         UPDATE ${jobs} SET
           status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
           attempted_by = ${APPEND_ATTEMPTED_BY},
           lease_until = now() + $5::float8 * interval '1 millisecond',
           run_started_at = now(), updated_at = now(), cancel_requested_at = NULL
         -- by primary key whatever the statistics (a status test the planner can match to a
-        -- partial index made it scan every pending row on a never-analyzed table)
-        WHERE id = ANY (ARRAY(SELECT pick_id FROM picked)) AND (status || '') = 'pending'
-        RETURNING ${JOB_COLUMNS}, ${TRACE_CONTEXT}, id AS claim_order_id
+        -- partial index made it scan every pending row on a never-analyzed table); without
+        -- grouped jobs due, the plain pick (only the branch taken is evaluated)
+        WHERE id = ANY (CASE WHEN (SELECT due FROM grouped) THEN ARRAY(SELECT pick_id FROM picked)
+                             ELSE ARRAY(SELECT ${s}.pick_pending($2::int, $3::text[], $4::text[])) END)
+          AND (status || '') = 'pending'
+        RETURNING ${CLAIMED_COLUMNS}
       )
-      SELECT ${JOB_COLUMN_NAMES}, trace_context FROM claimed JOIN picked ON picked.pick_id = claimed.claim_order_id
-      ORDER BY picked.pick_ord`,
+      -- in the plain case the rows as the primary key gave them (the caller sorts: nearly in
+      -- order already); else each with its position in the round-robin pick
+      SELECT c.*, NULL::bigint AS pick_ord FROM claimed AS c WHERE NOT (SELECT due FROM grouped)
+      UNION ALL
+      SELECT c.*, picked.pick_ord FROM claimed AS c JOIN picked ON picked.pick_id = c.id::bigint
+      WHERE (SELECT due FROM grouped)`,
 
     /**
      * §1.4/§1.9 milliseconds (database time) until the earliest pending job of these tasks and
@@ -78,7 +84,7 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     queues: string[] | null,
     afterGroups: ReadonlyMap<string, string> = new Map(),
   ): Promise<ClaimedJob[]> {
-    const rows = await this.run<JobRow>(db, this.sql.claim, [
+    const rows = await this.runArrays<ClaimedColumns>(db, this.sql.claim, [
       workerId,
       limit,
       tasks,
@@ -86,7 +92,7 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
       leaseMs,
       afterGroups.size === 0 ? null : JSON.stringify(Object.fromEntries(afterGroups)),
     ]);
-    return rows.map(toClaimedJob);
+    return claimedJobsInPickOrder(rows, workerId, leaseMs);
   }
 
   /**

@@ -18,6 +18,26 @@ export const JOB_COLUMNS =
   `${MS('cancel_requested_at')}, ${MS('created_at')}, ${MS('updated_at')}, array_to_json(attempted_by) AS attempted_by, ` +
   'claims::text AS claims, group_key, progress, flow_id::text AS flow_id, flow_ref';
 
+/** A timestamp as epoch microseconds (int8, exact; the driver reads it as a decimal string). */
+const MICROS = (column: string) => `(date_part('epoch', ${column}) * 1000000)::int8`;
+
+/**
+ * What the plain claim returns per job, in the order of `ClaimedColumns` (src/core/job-row.ts),
+ * read as arrays: the columns that vary from job to job, and the claim's own time once
+ * (`run_started_at` = `updated_at` = now(), `lease_until` = now() + the lease), so a claim of
+ * 1,000 jobs sends and parses 14 columns a row, not 26. Whatever is rare on a first attempt —
+ * dedupe and group keys, flow, progress, result, last error, a history longer than this claim
+ * — travels as one JSON array that is NULL when all of it is empty (§9 the trace context apart:
+ * it is read only by a worker that traces).
+ */
+export const CLAIMED_COLUMNS =
+  'id::text AS id, queue, task, priority, payload, attempts, max_attempts, timeout_ms, claims::text AS claims, ' +
+  `${MICROS('run_after')} AS run_after_us, ${MICROS('created_at')} AS created_at_us, ${MICROS('now()')} AS now_us, ` +
+  'trace_context::text AS trace_context, ' +
+  'CASE WHEN dedupe_key IS NULL AND pending_key IS NULL AND group_key IS NULL AND flow_id IS NULL AND progress IS NULL ' +
+  'AND result IS NULL AND last_error IS NULL AND cardinality(attempted_by) = 1 THEN NULL ' +
+  'ELSE json_build_array(coalesce(dedupe_key, pending_key), group_key, flow_id, flow_ref, progress, result, last_error, attempted_by)::text END AS extra';
+
 /**
  * §9 what a claim returns besides {@link JOB_COLUMNS}: the job's stored trace context, as text
  * (JSON.parse'd only by a worker that traces; NULL for jobs nobody traced).

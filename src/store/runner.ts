@@ -58,6 +58,28 @@ export class Runner {
       throw name ? preparedStatementLost(mapped, error) : mapped;
     }
   }
+
+  /**
+   * As {@link run}, each row read as an array of its columns in select order (pg's `rowMode:
+   * 'array'`: no object with named keys per row — for statements that return many rows on the
+   * hot path). An executor that ignores the row mode still gives objects, whose values are in
+   * the same order.
+   */
+  async runArrays<R extends unknown[]>(db: Executor, text: string, values: unknown[]): Promise<R[]> {
+    const name = db === this.preparedOn ? this.names.get(text) : undefined;
+    try {
+      const result = await (db as unknown as NamedQuery).query(
+        name ? { name, text, values, rowMode: 'array' } : { text, values, rowMode: 'array' },
+      );
+      const rows = result.rows;
+      return (
+        rows.length > 0 && !Array.isArray(rows[0]) ? rows.map((row) => Object.values(row as object)) : rows
+      ) as R[];
+    } catch (error) {
+      const mapped = toDatabaseError(error, this.schema);
+      throw name ? preparedStatementLost(mapped, error) : mapped;
+    }
+  }
 }
 
 /** A family of statements (one operation family) and the methods that bind their parameters. */
@@ -80,6 +102,10 @@ export abstract class StatementFamily<S extends Record<string, string>> {
 
   protected run<R = Record<string, unknown>>(db: Executor, text: string, values: unknown[]): Promise<R[]> {
     return this.runner.run<R>(db, text, values);
+  }
+
+  protected runArrays<R extends unknown[]>(db: Executor, text: string, values: unknown[]): Promise<R[]> {
+    return this.runner.runArrays<R>(db, text, values);
   }
 }
 
@@ -170,5 +196,10 @@ function preparedStatementLost(mapped: SkiplockError, cause: unknown): SkiplockE
 
 /** pg's query with a QueryConfig (a named prepared statement). */
 interface NamedQuery {
-  query(config: { name: string; text: string; values: unknown[] }): Promise<{ rows: unknown[] }>;
+  query(config: {
+    name?: string;
+    text: string;
+    values: unknown[];
+    rowMode?: 'array';
+  }): Promise<{ rows: unknown[] }>;
 }
