@@ -10,7 +10,7 @@ import type { Engine } from '../engine/engine.js';
 import type { Tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
-import { type ExecutorDeps, execute } from './job-executor.js';
+import { type ExecutorHooks, execute, executorHooks } from './job-executor.js';
 import { JobRun } from './job-run.js';
 import { LocalQueue } from './local-queue.js';
 import type { WorkerSettings } from './options.js';
@@ -27,6 +27,10 @@ export interface DispatcherDeps {
   running(): boolean;
   /** Counts, reports and emits a job's event. */
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
+  /** `job:start` (the payload made only for listeners). */
+  jobStarted(job: ClaimedJob): void;
+  /** `job:done`: counted, reported, emitted (the payload made only for listeners). */
+  jobDone(job: ClaimedJob, result: unknown, durationMs: number): void;
   onError(error: unknown, during: string): void;
   /** A run's local lease deadline passed (the lease clock, a look at its signal, a write). */
   onLeaseExpired(run: JobRun): void;
@@ -49,7 +53,7 @@ export class Dispatcher {
   /** Waiting for every started run to finish (stop()). */
   private readonly idleWaiters = new Set<() => void>();
   /** What every run's executor is given: one object for all (no closures per job). */
-  private readonly executorDeps: ExecutorDeps;
+  private readonly hooks: ExecutorHooks;
   /** A run's local lease deadline passed (shared by every run). */
   private readonly leaseExpired: (run: JobRun) => void;
   /** Handlers abandoned on stop that may still run: nothing is written for them after stop(). */
@@ -62,7 +66,7 @@ export class Dispatcher {
   constructor(private readonly deps: DispatcherDeps) {
     const { settings, engine } = deps;
     this.leaseExpired = (run) => deps.onLeaseExpired(run);
-    this.executorDeps = {
+    this.hooks = executorHooks({
       engine,
       tracing: deps.tracing,
       batchCompletions: settings.batchCompletions,
@@ -71,6 +75,8 @@ export class Dispatcher {
         return { backoff: found?.backoff ?? settings.backoff, retryIf: found?.retryIf ?? null };
       },
       emit: deps.emit,
+      jobStarted: deps.jobStarted,
+      jobDone: deps.jobDone,
       onError: deps.onError,
       // The handler settled (or was given up on): its slot starts the next held job while the
       // outcome is written, and the next claim may overlap that write (see capacity()).
@@ -80,7 +86,7 @@ export class Dispatcher {
         deps.onFreed();
       },
       onFinished: (run) => this.finished(run),
-    };
+    });
   }
 
   /** Runs started and not yet finished (running, or writing their outcome). */
@@ -208,7 +214,7 @@ export class Dispatcher {
         throw new Error(`No handler for task "${job.task}" in this worker`);
       });
     // it reports what fails, and ends in finished()
-    execute(run, handler, this.executorDeps);
+    execute(run, handler, this.hooks);
   }
 
   /** A run is over: its outcome written or dropped. */

@@ -19,7 +19,6 @@ import { errorText } from '../core/error-text.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
 import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
-import type { Completion } from '../engine/completer.js';
 import type { Engine } from '../engine/engine.js';
 import { DatabaseError, isPermanent, LeaseLostError, WorkerStoppingError } from '../errors.js';
 import type { AttemptOutcome, ProcessSpan, Tracing } from '../telemetry/tracing.js';
@@ -45,11 +44,46 @@ export interface ExecutorDeps {
     retryIf: ((error: unknown) => boolean) | null;
   };
   emit<E extends keyof WorkerEvents>(event: E, payload: WorkerEvents[E]): void;
+  /** `job:start`, its payload made only if someone listens (every job passes here). */
+  jobStarted(job: ClaimedJob): void;
+  /** `job:done`: counted, and its payload made only if someone listens (every job passes here). */
+  jobDone(job: ClaimedJob, result: unknown, durationMs: number): void;
   onError(error: unknown, during: string): void;
   /** The handler settled or was given up on: its slot is free while the outcome is written. */
   onSettled(): void;
   /** The run is over (its outcome written, or dropped); called once, last. */
   onFinished(run: JobRun): void;
+}
+
+/**
+ * What the executor hands to others for every run of one worker: made once per worker
+ * ({@link executorHooks}), so a run allocates no function of its own for them.
+ */
+export interface ExecutorHooks {
+  readonly deps: ExecutorDeps;
+  /** The grace period after an abort ended before the handler settled. */
+  abandoned(run: JobRun): void;
+  /** The answers of batched completions (the batch item is the run). */
+  completion: BatchCallbacks<JobRun, boolean>;
+}
+
+/** The hooks of a worker's runs (see {@link ExecutorHooks}). */
+export function executorHooks(deps: ExecutorDeps): ExecutorHooks {
+  const hooks: ExecutorHooks = {
+    deps,
+    abandoned: (run) => {
+      if (run.settleHandler()) afterHandler(run, { kind: 'abandoned' }, hooks);
+    },
+    completion: {
+      resolve(run, ok) {
+        end(run, deps, run.span, completed(run, ok, run.resultValue, deps));
+      },
+      reject(run, error) {
+        afterFailedCompletion(run, run.resultJson, run.resultValue, error, deps, run.span);
+      },
+    },
+  };
+  return hooks;
 }
 
 /**
@@ -59,69 +93,71 @@ export interface ExecutorDeps {
  *
  * The common run — the handler returns a value, nothing aborted it, no progress to write — goes
  * from the handler's promise to its written completion through two callbacks and no async
- * frame (each suspended async function kept ~1–2 KB per job: a fifth of a draining worker's
- * allocations, measured with the sampling heap profiler on a 20,000-job drain); every other run
- * ends through {@link finishSlowly}.
+ * frame, no promise and no object of its own but the handler's promise and ctx (each suspended
+ * async function kept ~1–2 KB per job: a fifth of a draining worker's allocations, measured with
+ * the sampling heap profiler on a 20,000-job drain); every other run ends through
+ * {@link finishSlowly}.
  */
-export function execute(run: JobRun, handler: Handler, deps: ExecutorDeps): void {
-  let span: ProcessSpan | null = null;
+export function execute(run: JobRun, handler: Handler, hooks: ExecutorHooks): void {
+  const { deps } = hooks;
   try {
-    deps.emit('job:start', { job: run.job });
-    span = deps.tracing === null ? null : deps.tracing.process(run.job);
+    deps.jobStarted(run.job);
+    run.span = deps.tracing === null ? null : deps.tracing.process(run.job);
     // A job cancelled while it waited in the local queue starts aborted: its handler never runs.
-    const cancelledEarly = run.abortReason === 'cancel';
-    const handled = cancelledEarly
+    run.startedCancelled = run.abortReason === 'cancel';
+    const handled = run.startedCancelled
       ? Promise.reject(run.signal.reason)
-      : span
-        ? span.run(() => callHandler(run, handler, deps))
+      : run.span
+        ? run.span.run(() => callHandler(run, handler, deps))
         : callHandler(run, handler, deps);
-    run.outcomeOf(handled).then(
-      (outcome) => afterHandler(run, outcome, cancelledEarly, deps, span),
-      (error: unknown) => fail(run, error, deps, span, 'unwritten'),
+    run.handlerStarted(hooks.abandoned);
+    handled.then(
+      (value: unknown) => {
+        if (run.settleHandler()) handlerReturned(run, value, hooks);
+      },
+      (error: unknown) => {
+        if (run.settleHandler()) afterHandler(run, handlerOutcome(run, { kind: 'error', error }), hooks);
+      },
     );
   } catch (error) {
-    fail(run, error, deps, span, 'unwritten');
+    fail(run, error, deps, run.span, 'unwritten');
   }
 }
 
-/** The handler settled (or was given up on): its slot is freed, then its outcome written. */
-function afterHandler(
-  run: JobRun,
-  outcome: HandlerOutcome,
-  cancelledEarly: boolean,
-  deps: ExecutorDeps,
-  span: ProcessSpan | null,
-): void {
+/** What the handler's outcome becomes once ctx.transaction has committed the completion: that. */
+function handlerOutcome(run: JobRun, outcome: HandlerOutcome): HandlerOutcome {
+  return run.committed ? { kind: 'committed', value: run.committed.value } : outcome;
+}
+
+/**
+ * The handler returned `value`. The common case — nothing aborted it, no progress to write, no
+ * ctx.transaction — is completed here with nothing allocated for it; the rest goes through
+ * {@link afterHandler}.
+ */
+function handlerReturned(run: JobRun, value: unknown, hooks: ExecutorHooks): void {
+  if (run.abortReason !== null || run.progressWriter !== null || run.committed || run.writesClosed) {
+    afterHandler(run, handlerOutcome(run, { kind: 'result', value }), hooks);
+    return;
+  }
+  const { deps } = hooks;
   try {
-    // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
-    if (outcome.kind === 'error' && !cancelledEarly && run.abortReason !== 'deadline')
-      span?.fail(outcome.error);
     run.clearTimers();
     run.phase = 'writing';
-    if (
-      outcome.kind !== 'result' ||
-      run.abortReason !== null ||
-      run.progressWriter !== null ||
-      run.committed
-    ) {
-      finishSlowly(run, outcome, deps, span).then(
-        (ended) => end(run, deps, span, ended),
-        (error: unknown) => fail(run, error, deps, span, 'unwritten'),
-      );
-      return;
-    }
     deps.onSettled();
-    const json = resultJson(outcome.value, run.job.task);
-    if (typeof json !== 'string' || run.writesClosed) {
-      writeOutcome(run, outcome, deps, span).then(
-        (ended) => end(run, deps, span, ended),
-        (error: unknown) => fail(run, error, deps, span, 'unwritten'),
+    const json = resultJson(value, run.job.task);
+    if (typeof json !== 'string') {
+      const outcome: HandlerOutcome = { kind: 'result', value };
+      writeOutcome(run, outcome, deps, run.span).then(
+        (ended) => end(run, deps, run.span, ended),
+        (error: unknown) => fail(run, error, deps, run.span, 'unwritten'),
       );
       return;
     }
     const { completer } = deps.engine;
     if (deps.batchCompletions) {
-      completer.pushCompletion(new BatchedCompletion(run, json, outcome.value, deps, span), COMPLETION);
+      run.resultJson = json;
+      run.resultValue = value;
+      completer.pushCompletion(run, hooks.completion);
       return;
     }
     const pending = completer.complete(run.job, json);
@@ -129,42 +165,36 @@ function afterHandler(
     pending.then(
       (ok) => {
         run.inFlight = null;
-        end(run, deps, span, completed(run, ok, outcome.value, deps));
+        end(run, deps, run.span, completed(run, ok, value, deps));
       },
       (error: unknown) => {
         run.inFlight = null;
-        afterFailedCompletion(run, json, outcome.value, error, deps, span);
+        afterFailedCompletion(run, json, value, error, deps, run.span);
       },
+    );
+  } catch (error) {
+    fail(run, error, deps, run.span, 'unwritten');
+  }
+}
+
+/** The handler settled (or was given up on) other than the common way: its slot is freed, then its outcome written. */
+function afterHandler(run: JobRun, outcome: HandlerOutcome, hooks: ExecutorHooks): void {
+  const { deps } = hooks;
+  const { span } = run;
+  try {
+    // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
+    if (outcome.kind === 'error' && !run.startedCancelled && run.abortReason !== 'deadline')
+      span?.fail(outcome.error);
+    run.clearTimers();
+    run.phase = 'writing';
+    finishSlowly(run, outcome, deps, span).then(
+      (ended) => end(run, deps, span, ended),
+      (error: unknown) => fail(run, error, deps, span, 'unwritten'),
     );
   } catch (error) {
     fail(run, error, deps, span, 'unwritten');
   }
 }
-
-/** A completion on the worker's batch: what its answer needs, in one object (the batch item). */
-class BatchedCompletion implements Completion {
-  constructor(
-    readonly run: JobRun,
-    readonly resultJson: string,
-    readonly value: unknown,
-    readonly deps: ExecutorDeps,
-    readonly span: ProcessSpan | null,
-  ) {}
-
-  get lease(): ClaimedJob {
-    return this.run.job;
-  }
-}
-
-/** The answers of batched completions: one pair of functions for every job. */
-const COMPLETION: BatchCallbacks<BatchedCompletion, boolean> = {
-  resolve(item, ok) {
-    end(item.run, item.deps, item.span, completed(item.run, ok, item.value, item.deps));
-  },
-  reject(item, error) {
-    afterFailedCompletion(item.run, item.resultJson, item.value, error, item.deps, item.span);
-  },
-};
 
 /** The first write of a completion failed: written again alone ({@link completeAgain}), then the run ends. */
 function afterFailedCompletion(
@@ -184,7 +214,7 @@ function afterFailedCompletion(
 /** The completion's answer: its event, and how the attempt ended. */
 function completed(run: JobRun, ok: boolean | undefined, value: unknown, deps: ExecutorDeps): AttemptOutcome {
   const { job } = run;
-  if (ok) deps.emit('job:done', { job, result: value, durationMs: run.durationMs });
+  if (ok) deps.jobDone(job, value, run.durationMs);
   else if (ok === false) deps.emit('lease:lost', { job });
   return written(ok, 'done');
 }
@@ -487,7 +517,7 @@ async function writeOutcome(
   const { completer } = deps.engine;
   const durationMs = run.durationMs;
   if (outcome.kind === 'committed') {
-    deps.emit('job:done', { job, result: outcome.value, durationMs });
+    deps.jobDone(job, outcome.value, durationMs);
     return 'done';
   }
   if (run.abortReason === 'lost') return 'lease_lost'; // lease:lost was reported when it was detected
@@ -521,7 +551,7 @@ async function writeOutcome(
       const ok = await persist(run, deps, 'completing a job', () =>
         deps.batchCompletions ? completer.completeBatched(job, result) : completer.complete(job, result),
       );
-      if (ok) deps.emit('job:done', { job, result: outcome.value, durationMs });
+      if (ok) deps.jobDone(job, outcome.value, durationMs);
       else if (ok === false) deps.emit('lease:lost', { job });
       return written(ok, 'done');
     }

@@ -17,6 +17,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { JobCancelledError, JobDeadlineExceeded, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import type { ProcessSpan } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
 import type { ProgressWriter } from './progress.js';
 
@@ -132,8 +133,20 @@ export class JobRun {
   private readonly onLeaseExpired: (run: JobRun) => void;
   private deadlineTimer: NodeJS.Timeout | null = null;
   private graceTimer: NodeJS.Timeout | null = null;
-  /** Set while the worker waits for the handler: resolves that wait as abandoned. */
-  private abandon: (() => void) | null = null;
+  /**
+   * Called once if the grace period after an abort ends before the handler settled (one
+   * function for every run of a worker, set when the handler starts).
+   */
+  private onAbandoned: ((run: JobRun) => void) | null = null;
+  /** The handler settled, or was abandoned: whatever happens to it later changes nothing. */
+  handlerDone = false;
+  /** The job was cancelled while held: it started aborted and its handler never ran. */
+  startedCancelled = false;
+  /** §9 the attempt's CONSUMER span (null without tracing). */
+  span: ProcessSpan | null = null;
+  /** The result being written by a batched completion (JSON text, and the value for `job:done`). */
+  resultJson = 'null';
+  resultValue: unknown = undefined;
   private sleeper: { timer: NodeJS.Timeout; resolve: () => void } | null = null;
 
   constructor(job: ClaimedJob, options: JobRunOptions) {
@@ -288,30 +301,32 @@ export class JobRun {
     this.deadlineTimer = null;
     this.graceTimer = setTimeout(() => {
       this.runaway = true;
-      this.abandon?.();
+      this.onAbandoned?.(this);
     }, this.graceMs);
   }
 
+  /** The lease of this claim: a run is its own item in a batch of completions. */
+  get lease(): ClaimedJob {
+    return this.job;
+  }
+
   /**
-   * What the handler did, from its promise: its value or error (or, once ctx.transaction has
-   * committed the completion, that), or `abandoned` if the grace period after an abort ends first
-   * (one promise per run: most runs are never aborted).
+   * The handler was called: `onAbandoned` is told if the grace period after an abort ends
+   * before it settles (its promise is watched by the executor; no promise of the run's own).
    */
-  outcomeOf(handled: Promise<unknown>): Promise<HandlerOutcome> {
-    if (this.runaway) return Promise.resolve({ kind: 'abandoned' });
-    return new Promise((resolve) => {
-      this.abandon = () => resolve({ kind: 'abandoned' });
-      handled.then(
-        (value: unknown) =>
-          resolve(
-            this.committed ? { kind: 'committed', value: this.committed.value } : { kind: 'result', value },
-          ),
-        (error: unknown) =>
-          resolve(
-            this.committed ? { kind: 'committed', value: this.committed.value } : { kind: 'error', error },
-          ),
-      );
-    });
+  handlerStarted(onAbandoned: (run: JobRun) => void): void {
+    this.onAbandoned = onAbandoned;
+  }
+
+  /**
+   * Marks the handler done — it settled, or was abandoned — and says whether this is the first
+   * time (what comes second changes nothing).
+   */
+  settleHandler(): boolean {
+    if (this.handlerDone) return false;
+    this.handlerDone = true;
+    this.onAbandoned = null;
+    return true;
   }
 
   /** The error stored for a deadline, noting a handler that ignored its signal. */

@@ -131,6 +131,14 @@ export class Worker extends EventEmitter {
         if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
         this.emit(event, payload);
       },
+      jobStarted: (job) => {
+        if (this.listenerCount('job:start') > 0) this.emit('job:start', { job });
+      },
+      jobDone: (job, result, durationMs) => {
+        this.counters.done++;
+        if (roomFreedBy(engine, job.queue, this.state === 'running')) this.claimLoop.wake();
+        if (this.listenerCount('job:done') > 0) this.emit('job:done', { job, result, durationMs });
+      },
       onError,
       onLeaseExpired: (run) => this.leaseLoss.expired(run),
       onFreed: () => this.claimLoop.slotFreed(),
