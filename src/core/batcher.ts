@@ -26,18 +26,23 @@ export interface BatchCallbacks<I, O> {
   reject(item: I, error: unknown): void;
 }
 
-interface Waiting<I, O> {
-  item: I;
-  /** Set for push(): the callbacks, called with the item. */
-  callbacks: BatchCallbacks<I, O> | null;
-  resolve: ((value: O) => void) | null;
-  reject: ((error: unknown) => void) | null;
+/** The promise of an add(), waiting for its item's outcome. */
+class Pending<O> {
+  constructor(
+    readonly resolve: (value: O) => void,
+    readonly reject: (error: unknown) => void,
+  ) {}
 }
+
+/** How a waiting item is answered: the callbacks of push(), or the promise of add(). */
+type Answer<I, O> = BatchCallbacks<I, O> | Pending<O>;
 
 export class Batcher<I, O> {
   private readonly flush: (items: I[]) => Promise<Settled<O>[]>;
   private readonly options: BatcherOptions;
-  private queue: Waiting<I, O>[] = [];
+  /** Items waiting for the next flush, and beside each (same position) how it is answered. */
+  private items: I[] = [];
+  private answers: Answer<I, O>[] = [];
   private inFlight = 0;
   private scheduled = false;
   private readonly idleWaiters: (() => void)[] = [];
@@ -50,7 +55,8 @@ export class Batcher<I, O> {
   /** Adds one item to the next batch; resolves with its own result. */
   add(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.queue.push({ item, callbacks: null, resolve, reject });
+      this.items.push(item);
+      this.answers.push(new Pending(resolve, reject));
       this.schedule();
     });
   }
@@ -61,18 +67,19 @@ export class Batcher<I, O> {
    * queue.
    */
   push(item: I, callbacks: BatchCallbacks<I, O>): void {
-    this.queue.push({ item, callbacks, resolve: null, reject: null });
+    this.items.push(item);
+    this.answers.push(callbacks);
     this.schedule();
   }
 
   /** Items waiting or being written. */
   get size(): number {
-    return this.queue.length + this.inFlight;
+    return this.items.length + this.inFlight;
   }
 
   /** Resolves when nothing is waiting or in flight. */
   async idle(): Promise<void> {
-    if (this.queue.length === 0 && this.inFlight === 0) return;
+    if (this.items.length === 0 && this.inFlight === 0) return;
     await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
   }
 
@@ -87,47 +94,57 @@ export class Batcher<I, O> {
   }
 
   private drain(): void {
-    while (this.queue.length > 0 && this.inFlight < this.options.maxConcurrent) {
-      const batch = this.queue.splice(0, this.options.maxBatch);
+    while (this.items.length > 0 && this.inFlight < this.options.maxConcurrent) {
+      let items: I[];
+      let answers: Answer<I, O>[];
+      if (this.items.length <= this.options.maxBatch) {
+        items = this.items;
+        answers = this.answers;
+        this.items = [];
+        this.answers = [];
+      } else {
+        items = this.items.splice(0, this.options.maxBatch);
+        answers = this.answers.splice(0, this.options.maxBatch);
+      }
       this.inFlight++;
-      void this.run(batch);
+      void this.run(items, answers);
     }
   }
 
-  private async run(batch: Waiting<I, O>[]): Promise<void> {
+  private async run(items: I[], answers: Answer<I, O>[]): Promise<void> {
     try {
-      const results = await this.flush(batch.map((w) => w.item));
-      batch.forEach((waiting, i) => {
+      const results = await this.flush(items);
+      for (let i = 0; i < items.length; i++) {
         const result = results[i];
-        if (result?.ok) settle(waiting, true, result.value);
+        if (result?.ok) settle(items[i] as I, answers[i] as Answer<I, O>, true, result.value);
         else
           settle(
-            waiting,
+            items[i] as I,
+            answers[i] as Answer<I, O>,
             false,
             result ? result.error : new Error('batch flush returned no result for this item'),
           );
-      });
+      }
     } catch (error) {
-      for (const waiting of batch) settle(waiting, false, error);
+      for (let i = 0; i < items.length; i++) settle(items[i] as I, answers[i] as Answer<I, O>, false, error);
     } finally {
       this.inFlight--;
-      if (this.queue.length > 0) this.drain();
+      if (this.items.length > 0) this.drain();
       else if (this.inFlight === 0) for (const wake of this.idleWaiters.splice(0)) wake();
     }
   }
 }
 
 /** Tells one waiting caller its item's outcome (callbacks report their own failures: they must not throw). */
-function settle<I, O>(waiting: Waiting<I, O>, ok: boolean, outcome: unknown): void {
-  const { callbacks } = waiting;
-  if (callbacks === null) {
-    if (ok) waiting.resolve?.(outcome as O);
-    else waiting.reject?.(outcome);
+function settle<I, O>(item: I, answer: Answer<I, O>, ok: boolean, outcome: unknown): void {
+  if (answer instanceof Pending) {
+    if (ok) answer.resolve(outcome as O);
+    else answer.reject(outcome);
     return;
   }
   try {
-    if (ok) callbacks.resolve(waiting.item, outcome as O);
-    else callbacks.reject(waiting.item, outcome);
+    if (ok) answer.resolve(item, outcome as O);
+    else answer.reject(item, outcome);
   } catch {
     // a callback that throws must not settle the rest of its batch twice
   }

@@ -197,11 +197,21 @@ function byPickPosition(a: ClaimedColumns, b: ClaimedColumns): number {
 /** priority, run_after (µs), id (decimal strings without leading zeros: a shorter one is smaller). */
 function byClaimOrder(a: ClaimedColumns, b: ClaimedColumns): number {
   return (
-    Number(a[3]) - Number(b[3]) ||
-    Number(a[9]) - Number(b[9]) ||
+    a[3] - b[3] ||
+    byMicros(a[9], b[9]) ||
     a[0].length - b[0].length ||
     (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0)
   );
+}
+
+/**
+ * Two epoch-microsecond columns in order: as decimal strings of the same sign, by length then
+ * text (no number parsed per comparison); otherwise as numbers.
+ */
+function byMicros(x: string, y: string): number {
+  if (typeof x === 'string' && typeof y === 'string' && x[0] !== '-' && y[0] !== '-')
+    return x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
+  return Number(x) - Number(y);
 }
 
 function claimedJob(row: ClaimedColumns, workerId: string, leaseMs: number): ClaimedJob {

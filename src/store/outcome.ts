@@ -26,43 +26,52 @@ import {
   textArray,
 } from './runner.js';
 
-/** A batch item with its position in the caller's batch. */
-interface Indexed {
-  lease: Lease;
-  resultJson: string;
-  index: number;
+/** A batch of completions: each item's lease and its result as JSON text. */
+type CompletionBatch = readonly { lease: Lease; resultJson: string }[];
+
+/** Decimal strings of positive int8s without leading zeros: a shorter one is smaller, equal lengths compare as text. */
+function decimal(x: string, y: string): number {
+  return x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
+}
+
+function byLease(batch: CompletionBatch, a: number, b: number): number {
+  const x = (batch[a] as CompletionBatch[number]).lease;
+  const y = (batch[b] as CompletionBatch[number]).lease;
+  return decimal(x.id, y.id) || decimal(x.token, y.token);
 }
 
 /**
- * The batch sorted by job id (one lock order for all batch statements: no deadlocks), a lease
- * listed twice kept once — its first entry, which alone answers true (SPEC §3). Ids and tokens
- * are decimal strings of positive int8s without leading zeros (requireLease, or the database):
- * a shorter one is smaller, and equal lengths compare as text.
+ * The positions of the batch in job id order (one lock order for all batch statements: no
+ * deadlocks), a lease listed twice kept once — its first entry, which alone answers true
+ * (SPEC §3). Ids and tokens come from requireLease or the database. A batch already in order
+ * (a worker's completions mostly are) is checked in one pass and not sorted; nothing is
+ * allocated per item but its position.
  */
-function uniqueById(batch: readonly { lease: Lease; resultJson: string }[]): Indexed[] {
-  const decimal = (x: string, y: string) => x.length - y.length || (x < y ? -1 : x > y ? 1 : 0);
-  const sorted = batch
-    .map((item, index) => ({ lease: item.lease, resultJson: item.resultJson, index }))
-    .sort(
-      (a, b) => decimal(a.lease.id, b.lease.id) || decimal(a.lease.token, b.lease.token) || a.index - b.index,
-    );
-  return sorted.filter((item, i) => {
-    const previous = sorted[i - 1];
-    return (
-      previous === undefined ||
-      previous.lease.id !== item.lease.id ||
-      previous.lease.token !== item.lease.token
-    );
-  });
+function uniqueOrder(batch: CompletionBatch): number[] {
+  const order = new Array<number>(batch.length);
+  let ascending = true;
+  for (let i = 0; i < batch.length; i++) {
+    order[i] = i;
+    if (ascending && i > 0 && byLease(batch, i - 1, i) >= 0) ascending = false;
+  }
+  if (ascending) return order;
+  order.sort((a, b) => byLease(batch, a, b) || a - b);
+  return order.filter((position, i) => i === 0 || byLease(batch, order[i - 1] as number, position) !== 0);
 }
 
-/** $1–$4 of the batch statements: ids, worker ids, attempts, tokens, as array literals. */
-function leaseArrays(items: readonly Indexed[]): [string, string, string, string] {
+/**
+ * $1–$4 of the batch statements for the items at `positions`: ids, worker ids, attempts, tokens,
+ * as array literals built in one pass (see digitsArray, textArray).
+ */
+function leaseArrays(batch: CompletionBatch, positions: readonly number[]): [string, string, string, string] {
+  const leases = new Array<Lease>(positions.length);
+  for (let i = 0; i < positions.length; i++)
+    leases[i] = (batch[positions[i] as number] as CompletionBatch[number]).lease;
   return [
-    digitsArray(items.map((item) => item.lease.id)),
-    textArray(items.map((item) => item.lease.workerId)),
-    digitsArray(items.map((item) => item.lease.attempt)),
-    digitsArray(items.map((item) => item.lease.token)),
+    digitsArray(leases.map((lease) => lease.id)),
+    textArray(leases.map((lease) => lease.workerId)),
+    digitsArray(leases.map((lease) => lease.attempt)),
+    digitsArray(leases.map((lease) => lease.token)),
   ];
 }
 
@@ -315,33 +324,30 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
    * a stale and a live lease of one job each get their own answer, and a lease listed twice
    * completes once (its first entry answers true).
    */
-  async completeMany(
-    db: Executor,
-    batch: readonly { lease: Lease; resultJson: string }[],
-  ): Promise<boolean[]> {
-    const items = uniqueById(batch);
+  async completeMany(db: Executor, batch: CompletionBatch): Promise<boolean[]> {
+    const order = uniqueOrder(batch);
     const answers = new Array<boolean>(batch.length).fill(false);
-    let rest = items;
+    let rest = order;
     if (this.deleteCompleted) {
       const rows = await this.run<{ ord: number }>(db, this.sql.completeManyDelete, [
-        ...leaseArrays(items),
+        ...leaseArrays(batch, order),
         this.channel,
       ]);
-      const deleted = new Array<boolean>(items.length).fill(false);
+      const deleted = new Array<boolean>(order.length).fill(false);
       for (const row of rows) deleted[row.ord - 1] = true;
       // §10 not deleted: jobs with dependents (kept as done), or leases that lost their jobs
-      rest = items.filter((item, i) => {
-        if (deleted[i]) answers[item.index] = true;
+      rest = order.filter((position, i) => {
+        if (deleted[i]) answers[position] = true;
         return !deleted[i];
       });
     }
     if (rest.length > 0) {
       const rows = await this.run<{ ord: number }>(db, this.sql.completeMany, [
-        ...leaseArrays(rest),
-        jsonArray(rest.map((item) => item.resultJson)),
+        ...leaseArrays(batch, rest),
+        jsonArray(rest.map((position) => (batch[position] as CompletionBatch[number]).resultJson)),
         this.channel,
       ]);
-      for (const row of rows) answers[(rest[row.ord - 1] as Indexed).index] = true;
+      for (const row of rows) answers[rest[row.ord - 1] as number] = true;
     }
     return answers;
   }

@@ -42,10 +42,11 @@ export interface DispatcherDeps {
 
 export class Dispatcher {
   /**
-   * Every claim this worker holds, held (not started), running or writing its outcome, by
-   * `id/token`: an old claim still winding down never hides the new one.
+   * Every claim this worker holds, held (not started), running or writing its outcome: each
+   * claim is a run of its own, so an old claim of a job still winding down never hides the new
+   * one.
    */
-  readonly runs = new Map<string, JobRun>();
+  readonly runs = new Set<JobRun>();
   /** Claimed ahead of free slots, waiting to start (prefetch). */
   private readonly localQueue = new LocalQueue();
   /** Handlers running now (runs in phase 'running'): at most `concurrency`. */
@@ -142,7 +143,7 @@ export class Dispatcher {
       const job = jobs[i] as ClaimedJob;
       options.timeoutMs = job.timeoutMs ?? settings.tasks.get(job.task)?.timeoutMs ?? null;
       const run = new JobRun(job, options);
-      this.runs.set(run.key, run);
+      this.runs.add(run);
       runs[i] = run;
       if (this.deps.jumpsQueue(job)) urgent++;
     }
@@ -162,7 +163,7 @@ export class Dispatcher {
    */
   drop(run: JobRun): void {
     run.finish();
-    this.runs.delete(run.key);
+    this.runs.delete(run);
     this.deps.onFreed();
   }
 
@@ -170,7 +171,7 @@ export class Dispatcher {
   closeHeld(): JobRun[] {
     const held = this.localQueue.close();
     for (const run of held) {
-      this.runs.delete(run.key);
+      this.runs.delete(run);
       run.finish();
     }
     return held;
@@ -226,7 +227,7 @@ export class Dispatcher {
     if (run.runaway && run.abortReason === 'shutdown') this.runaways.add(run);
     else run.finish();
     this.live--;
-    this.runs.delete(run.key);
+    this.runs.delete(run);
     if (this.live === 0) for (const wake of this.idleWaiters) wake();
     this.deps.onFreed();
   }

@@ -91,8 +91,6 @@ function watchSignal(signal: AbortSignal, checkLease: () => void): void {
 
 export class JobRun {
   readonly job: ClaimedJob;
-  /** `id/token`: one claim of one job, never equal to any other claim's (SPEC §1.3). */
-  readonly key: string;
   readonly timeoutMs: number | null;
   /** performance.now() when the handler started (the claim time while held). */
   startedAt = performance.now();
@@ -151,7 +149,6 @@ export class JobRun {
 
   constructor(job: ClaimedJob, options: JobRunOptions) {
     this.job = job;
-    this.key = `${job.id}/${job.token}`;
     this.timeoutMs = options.timeoutMs;
     this.leaseMs = options.leaseMs;
     this.graceMs = options.graceMs;
