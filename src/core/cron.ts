@@ -7,8 +7,21 @@
  * both (croner 9 skipped the repeated hour of `0 * * * *`). test/schedule/cron.test.ts holds the
  * hand-computed instants of 2026's transitions.
  */
-import { CronExpressionParser } from 'cron-parser';
+import { createRequire } from 'node:module';
+import type { CronExpressionParser as Parser } from 'cron-parser';
 import { ValidationError } from '../errors.js';
+
+/**
+ * cron-parser (and the date library under it: ~20 ms of CPU and 17 modules to load) is loaded
+ * on the first cron computed, not when Skiplock is imported: a process with no schedule never
+ * loads it.
+ */
+let parser: typeof Parser | null = null;
+function cronParser(): typeof Parser {
+  parser ??= (createRequire(import.meta.url)('cron-parser') as { CronExpressionParser: typeof Parser })
+    .CronExpressionParser;
+  return parser;
+}
 
 const ALIASES = ['@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly'];
 
@@ -61,7 +74,7 @@ function canonicalZone(tz: string): string | null {
 
 /** The first tick strictly after `after`. */
 export function nextTick(spec: CronSpec, after: Date): Date {
-  return CronExpressionParser.parse(spec.cron, { tz: spec.tz, currentDate: after }).next().toDate();
+  return cronParser().parse(spec.cron, { tz: spec.tz, currentDate: after }).next().toDate();
 }
 
 /** Ticks walked forward from a schedule's next run before a long outage is handled by estimate. */
@@ -105,7 +118,7 @@ function walk(
   keep: number,
   limit: number,
 ): { ticks: Date[]; older: boolean; next: Date } | null {
-  const iterator = CronExpressionParser.parse(spec.cron, { tz: spec.tz, currentDate: start });
+  const iterator = cronParser().parse(spec.cron, { tz: spec.tz, currentDate: start });
   const ticks: Date[] = [];
   let older = false;
   for (let n = 0; n <= limit; n++) {
