@@ -134,8 +134,12 @@ export class DriverTrace {
 /** The payload `i` a result row carries (payload or data, as an object or JSON text), or null. */
 export function payloadIndex(row: unknown): number | null {
   if (!row || typeof row !== 'object') return null;
-  for (const field of ['payload', 'data']) {
-    let value = (row as Record<string, unknown>)[field];
+  // a row read as an array (pg's rowMode 'array': Skiplock's claim) carries the payload as one of its values
+  const candidates = Array.isArray(row)
+    ? row
+    : ['payload', 'data'].map((field) => (row as Record<string, unknown>)[field]);
+  for (const candidate of candidates) {
+    let value = candidate;
     if (typeof value === 'string' && value.startsWith('{')) {
       try {
         value = JSON.parse(value);

@@ -15,6 +15,13 @@ export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
 export interface BatcherOptions {
   maxBatch: number;
   maxConcurrent: number;
+  /**
+   * With no flush in flight, flush at the end of the current job (a microtask) rather than the
+   * next turn of the event loop: a lone call goes out at once (W3: enqueue → handler latency),
+   * calls made together (a loop, a Promise.all) still share one flush, and calls that arrive
+   * while one is in flight wait for the next as before.
+   */
+  eager?: boolean;
 }
 
 /**
@@ -86,12 +93,18 @@ export class Batcher<I, O> {
   private schedule(): void {
     if (this.scheduled || this.inFlight >= this.options.maxConcurrent) return;
     this.scheduled = true;
+    if (this.options.eager && this.inFlight === 0) {
+      queueMicrotask(this.flushScheduled);
+      return;
+    }
     // One turn of the event loop gathers the calls made together (a Promise.all, a burst).
-    setImmediate(() => {
-      this.scheduled = false;
-      this.drain();
-    });
+    setImmediate(this.flushScheduled);
   }
+
+  private readonly flushScheduled = (): void => {
+    this.scheduled = false;
+    this.drain();
+  };
 
   private drain(): void {
     while (this.items.length > 0 && this.inFlight < this.options.maxConcurrent) {

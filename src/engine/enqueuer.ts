@@ -29,7 +29,7 @@ export class Enqueuer {
     private readonly flows: Flows,
   ) {
     const tuning = engine.settings.batchEnqueue;
-    this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), tuning) : null;
+    this.batcher = tuning ? new Batcher((jobs) => this.flush(jobs), { ...tuning, eager: true }) : null;
     this.hint = new CoalescedHint(engine, 'jobs', 'wake-up NOTIFY');
   }
 
