@@ -648,27 +648,52 @@ BEGIN
     RETURN QUERY SELECT d.id, true FROM unnest(${s}.producer_insert_dependents(specs, at)) WITH ORDINALITY AS d(id, k) ORDER BY d.k;
     RETURN;
   END IF;
-  -- §8 the locks of keys of scope 'pending' first, all in the one lock order
-  PERFORM pg_advisory_xact_lock(l.lock_id) FROM (
-    SELECT DISTINCT ${s}.pending_lock_id(x.dedupe_key) AS lock_id FROM unnest(specs) AS x
-    WHERE x.dedupe_scope = 'pending' ORDER BY 1 OFFSET 0) AS l;
-  -- §3 in dedupe-key order (as the library's batch INSERT: two calls that share keys wait for
-  -- each other in one order), a repeated key's first element first; answers in input order.
-  -- Without dedupe modes, ids drawn in input order first (the library's batch INSERT: claim
-  -- order among equals follows the input); with one, each at its insert (the library's too).
   made := array_fill(NULL::boolean, ARRAY[n]);
   IF EXISTS (SELECT 1 FROM unnest(specs) AS x WHERE x.dedupe_scope IS NOT NULL) THEN
+    -- §8 with a dedupe mode, job by job as the library does (insertWithMode): the locks of keys
+    -- of scope 'pending' first, all in the one lock order; then in its dedupe-key order (§3: two
+    -- calls that share keys wait for each other in one order; jobs without a key first, keys by
+    -- code point), a repeated key's first element first, each id drawn at its insert
+    PERFORM pg_advisory_xact_lock(l.lock_id) FROM (
+      SELECT DISTINCT ${s}.pending_lock_id(x.dedupe_key) AS lock_id FROM unnest(specs) AS x
+      WHERE x.dedupe_scope = 'pending' ORDER BY 1 OFFSET 0) AS l;
     ids := array_fill(NULL::bigint, ARRAY[n]);
+    FOR k IN SELECT x.ordinality FROM unnest(specs) WITH ORDINALITY AS x
+             ORDER BY x.dedupe_key COLLATE "C" NULLS FIRST, x.ordinality LOOP
+      SELECT r.o_id, r.o_created, r.o_notify INTO one_id, one_created, one_notify
+      FROM ${s}.producer_insert(specs[k], NULL) AS r;
+      ids[k] := one_id;
+      made[k] := one_created;
+      hint := hint OR one_notify;
+    END LOOP;
   ELSE
+    -- §1.7 the library's batch INSERT: ids drawn in input order (claim order among equals follows
+    -- the input), one INSERT in dedupe-key order (§3) that skips conflicts — a key repeated in
+    -- the call: its first element goes in —; a job that met a holder then takes the single
+    -- path (a new statement: it answers with the holder, or inserts when the holder finished)
     ids := ARRAY(SELECT nextval(${SEQ}) FROM generate_series(1, n));
+    WITH input AS (
+      SELECT x.*, ids[x.ordinality::int] AS new_id FROM unnest(specs) WITH ORDINALITY AS x
+    ), ins AS (
+      INSERT INTO ${s}.jobs (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms, group_key)
+      SELECT i.new_id, i.queue, i.task, i.payload, i.priority, i.dedupe_key, i.max_attempts, ${runAfter('i')},
+             i.timeout_ms, i.group_key
+      FROM input AS i ORDER BY i.dedupe_key, i.ordinality
+      ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
+      RETURNING ${s}.jobs.id
+    )
+    SELECT array_agg(ins.id IS NOT NULL ORDER BY i.ordinality) INTO made
+    FROM input AS i LEFT JOIN ins ON ins.id = i.new_id;
+    hint := true = ANY (made);
+    FOR k IN SELECT x.ordinality FROM unnest(specs) WITH ORDINALITY AS x
+             WHERE NOT made[x.ordinality::int] ORDER BY x.dedupe_key, x.ordinality LOOP
+      SELECT r.o_id, r.o_created, r.o_notify INTO one_id, one_created, one_notify
+      FROM ${s}.producer_insert_plain(specs[k], NULL) AS r;
+      ids[k] := one_id;
+      made[k] := one_created;
+      hint := hint OR one_notify;
+    END LOOP;
   END IF;
-  FOR k IN SELECT x.ordinality FROM unnest(specs) WITH ORDINALITY AS x ORDER BY x.dedupe_key, x.ordinality LOOP
-    SELECT r.o_id, r.o_created, r.o_notify INTO one_id, one_created, one_notify
-    FROM ${s}.producer_insert(specs[k], ids[k]) AS r;
-    ids[k] := one_id;
-    made[k] := one_created;
-    hint := hint OR one_notify;
-  END LOOP;
   IF hint THEN
     PERFORM pg_notify(${channel}, 'jobs'); -- §1.9 one hint for the call
   END IF;

@@ -11,7 +11,9 @@
  * - the same wake-up hint: a NOTIFY on the schema's channel delivered by the call, or none;
  * - or, for bad input, an error naming the same field (and the same message, unless the case
  *   says why not), with nothing written.
- * The library is the reference; a difference is reported per path and column.
+ * The library is the reference; a difference is reported per path and column. The same for
+ * batches: `queue.enqueueMany`, `<schema>.enqueue_many` and the Python client's `enqueue_many`
+ * (plain, dedupe modes mixed, dependsOn, bad elements), compared the same way, ids' order too.
  *
  * Python runs through test/producers/fixtures/python_driver.py (the venv of test/support/python.ts):
  * without it these cases skip with a note, and fail under SKIPLOCK_REQUIRE_PYTHON=1 (CI).
@@ -23,6 +25,10 @@
  *   passing `runAt` on as a string: 29 cases failed — every dedupe case of 'python'
  *   ("options.dedupe_key: is not a known option"), and every runAt case of 'http' (no job where
  *   the library made one; "runAt: must be a valid Date" where the others named the ISO form).
+ * - enqueue_many's job-by-job path ordered by the database's collation with NULLs last (the
+ *   library orders keys by code point, jobs without a key first): "dedupe modes mixed" failed
+ *   (the rows' ids in another order); its one-INSERT path drawing its ids in reverse: "plain"
+ *   failed the same way (claim order among equals would not follow the input).
  * A check-then-insert in the SQL function is not caught here (one call at a time cannot race):
  * sql-function.test.ts's held-open races catch it.
  * The last test proves the comparison itself can fail: a drifted copy of the SQL function
@@ -69,9 +75,8 @@ afterAll(async () => {
 });
 
 /** What a path answered: the job (id, created) or an error's field and message. */
-type Outcome =
-  | { ok: { id: string; created: boolean } }
-  | { error: { field: string | null; message: string; kind: string } };
+type Answer = { id: string; created: boolean };
+type Outcome = { ok: Answer | Answer[] } | { error: { field: string | null; message: string; kind: string } };
 
 /** A call as a path gets it (the case's options resolved with the setup's ids). */
 interface Call {
@@ -263,8 +268,30 @@ async function hinted(): Promise<boolean> {
 
 /** Runs one case through one path on emptied tables; returns what it left, normalised. */
 async function run(path: PathName, c: Case, sqlFunction?: string): Promise<Result> {
+  return observe(c.setup, (named) => {
+    const call: Call = {
+      task: 'task' in c ? c.task : 'conf.task',
+      hasTask: 'task' in c ? c.task !== undefined : true,
+      payload: c.payload,
+      options: typeof c.options === 'function' ? c.options(named) : (c.options ?? {}),
+    };
+    return {
+      absolute: JSON.stringify(call.options).includes('runAt'),
+      outcome: PRODUCERS[path](call, sqlFunction),
+    };
+  });
+}
+
+/**
+ * Runs `invoke` on emptied tables after `setup`; returns what it left, normalised: ids by what
+ * they are (the setup's by name, new jobs as new#n in id order), flows by first sight.
+ */
+async function observe(
+  setup: ((queue: Queue) => Promise<Named>) | undefined,
+  invoke: (named: Named) => { absolute: boolean; outcome: Promise<Outcome> },
+): Promise<Result> {
   await emptyTables();
-  const named: Named = c.setup ? await c.setup(queue) : {};
+  const named: Named = setup ? await setup(queue) : {};
   const before = await jobRows();
   const sideTables = () =>
     db.sql(
@@ -272,20 +299,14 @@ async function run(path: PathName, c: Case, sqlFunction?: string): Promise<Resul
               (SELECT json_agg(w ORDER BY key) FROM ${s}.dedupe_windows AS w)::text AS w`,
     );
   const sideBefore = JSON.stringify(await sideTables());
-  const call: Call = {
-    task: 'task' in c ? c.task : 'conf.task',
-    hasTask: 'task' in c ? c.task !== undefined : true,
-    payload: c.payload,
-    options: typeof c.options === 'function' ? c.options(named) : (c.options ?? {}),
-  };
   await listener.sync(db.pool);
-  const outcome = await PRODUCERS[path](call, sqlFunction);
+  const { absolute, outcome: pending } = invoke(named);
+  const outcome = await pending;
   const wasHinted = await hinted();
   const after = await jobRows();
   const untouched =
     JSON.stringify(after) === JSON.stringify(before) && JSON.stringify(await sideTables()) === sideBefore;
 
-  // ids by what they are: the setup's by name, the new job as 'new', any other by its place
   const names = new Map<string, string>(Object.entries(named).map(([name, id]) => [id, name]));
   for (const row of after) {
     if (!names.has(row.id))
@@ -298,7 +319,6 @@ async function run(path: PathName, c: Case, sqlFunction?: string): Promise<Resul
     if (!flows.has(id)) flows.set(id, `flow#${flows.size}`);
     return flows.get(id);
   };
-  const absolute = JSON.stringify(call.options).includes('runAt');
   const jobs = after.map((r) => {
     const fresh = !before.some((b) => b.id === r.id);
     return {
@@ -328,9 +348,12 @@ async function run(path: PathName, c: Case, sqlFunction?: string): Promise<Resul
   ).map((w) => `${w.key} → ${name(w.job_id)} for ~${w.s} s`);
   const checks =
     (await db.sql<{ n: number }>(`SELECT count(*)::int AS n FROM ${s}.dependency_checks`))[0]?.n ?? -1;
+  const one = (a: Answer) => ({ created: a.created, id: name(a.id) });
   const answer =
     'ok' in outcome
-      ? { created: outcome.ok.created, id: name(outcome.ok.id) }
+      ? Array.isArray(outcome.ok)
+        ? outcome.ok.map(one)
+        : one(outcome.ok)
       : { error: { ...outcome.error, message: outcome.error.message } };
   return { answer, untouched, hinted: wasHinted, jobs, edges, windows, checks };
 }
@@ -464,4 +487,185 @@ describe('§13 conformance: the comparison catches a path that drifts', () => {
     // and the real function agrees
     expect(differences(defaults, 'sql', lib, await run('sql', defaults))).toEqual([]);
   });
+});
+
+/**
+ * enqueue_many: `queue.enqueueMany(specs)` against `<schema>.enqueue_many(jobs)` and the Python
+ * client's `enqueue_many(conn, jobs)` (dicts with its keyword names). Each API names its
+ * parameter in errors — `specs[1].priority` in the library, `jobs[1].priority` in the others —
+ * so the library's are read with `jobs[` for `specs[`.
+ */
+type BatchPath = 'library' | 'sql' | 'python';
+interface BatchCase {
+  name: string;
+  specs: (ids: Named) => Record<string, unknown>[];
+  setup?: (queue: Queue) => Promise<Named>;
+  expect: { created: true } | { field: string };
+  messagesDiffer?: string;
+}
+
+const BATCH_PRODUCERS: Record<BatchPath, (specs: Record<string, unknown>[]) => Promise<Outcome>> = {
+  async library(specs) {
+    try {
+      const results = await queue.enqueueMany(specs as never);
+      return { ok: results.map((r) => ({ id: r.id, created: r.created })) };
+    } catch (error) {
+      const outcome = libraryError(error);
+      if ('error' in outcome) {
+        outcome.error.field = outcome.error.field?.replace(/^specs\[/, 'jobs[') ?? null;
+        outcome.error.message = outcome.error.message.replace(/^specs\[/, 'jobs[');
+      }
+      return outcome;
+    }
+  },
+  async sql(specs) {
+    try {
+      const rows = await db.sql<Answer>(
+        `SELECT r.id::text AS id, r.created FROM ${s}.enqueue_many($1::jsonb) WITH ORDINALITY AS r(id, created, n) ORDER BY r.n`,
+        [JSON.stringify(specs)],
+      );
+      return { ok: rows };
+    } catch (error) {
+      const e = error as pg.DatabaseError;
+      return {
+        error: {
+          field: e.column ?? null,
+          message: e.message,
+          kind: e.code === '22023' ? 'validation' : String(e.code),
+        },
+      };
+    }
+  },
+  async python(specs) {
+    if (python === null) throw new Error('no Python driver');
+    const jobs = specs.map((spec) =>
+      Object.fromEntries(
+        Object.entries(spec).map(([key, value]) => [
+          SNAKE[key] ?? key,
+          key === 'dedupe' && typeof value === 'object' && value !== null
+            ? Object.fromEntries(Object.entries(value).map(([k, v]) => [SNAKE[k] ?? k, v]))
+            : value,
+        ]),
+      ),
+    );
+    const reply = await python.request<{ ok?: Answer[]; error?: Record<string, string | null> }>({
+      op: 'enqueue_many',
+      url: db.url,
+      schema: TEST_SCHEMA,
+      jobs,
+    });
+    if (reply.ok) return { ok: reply.ok };
+    const e = reply.error ?? {};
+    return {
+      error: {
+        field: e.field ?? null,
+        message: String(e.message),
+        kind: e.kind === 'ValidationError' ? 'validation' : `${e.kind} ${e.sqlstate ?? ''}`,
+      },
+    };
+  },
+};
+
+const BATCHES: BatchCase[] = [
+  {
+    name: 'plain: options, a key repeated in the call, a key an existing job holds',
+    setup: async (q) => ({ held: (await q.enqueue('conf.held', {}, { dedupeKey: 'b-held' })).id }),
+    specs: () => [
+      { task: 'b.a', payload: 1, priority: 5 },
+      { task: 'b.b', payload: 2, dedupeKey: 'b-1', delayMs: 1_000 },
+      { task: 'b.c', payload: 3, dedupeKey: 'b-1' },
+      { task: 'b.d', payload: 4, dedupeKey: 'b-held' },
+      { task: 'b.e', payload: 5, group: 'g', queue: 'q', maxAttempts: 2, timeoutMs: 50 },
+    ],
+    expect: { created: true },
+  },
+  {
+    name: 'dedupe modes mixed in one call (job by job, in key order)',
+    setup: async (q) => ({
+      queued: (await q.enqueue('conf.held', {}, { dedupeKey: 'b-p', dedupe: { scope: 'pending' } })).id,
+    }),
+    specs: () => [
+      { task: 'b.w', payload: 1, dedupeKey: 'b-w', dedupe: { windowMs: 60_000 } },
+      { task: 'b.p', payload: 2, dedupeKey: 'b-p', dedupe: { scope: 'pending' } },
+      { task: 'b.r', payload: 'first', dedupeKey: 'B-r', dedupe: { replace: true }, delayMs: 10_000 },
+      { task: 'b.r', payload: 'second', dedupeKey: 'B-r', dedupe: { replace: true }, delayMs: 20_000 },
+      { task: 'b.plain', payload: 5 },
+      { task: 'b.w', payload: 6, dedupeKey: 'b-w', dedupe: { windowMs: 60_000 } },
+      { task: 'b.k', payload: 7, dedupeKey: 'a-plain' },
+    ],
+    expect: { created: true },
+  },
+  {
+    name: 'dependsOn in a call: every job with its edges',
+    setup: async (q) => {
+      const pending = (await q.enqueue('conf.dep', 1)).id;
+      const done = (await q.enqueue('conf.dep.done', 2)).id;
+      const [job] = await q.claim('conf-worker', { tasks: ['conf.dep.done'] });
+      if (job?.id !== done) throw new Error('setup: claimed the wrong job');
+      await q.complete(job, 'ok');
+      return { pending, done };
+    },
+    specs: (ids) => [
+      { task: 'b.w', payload: 1, dependsOn: [ids.pending] },
+      { task: 'b.p', payload: 2, onDependencyFailure: 'run' },
+      { task: 'b.w2', payload: 3, dependsOn: [ids.done, ids.pending, ids.done], delayMs: 5_000 },
+    ],
+    expect: { created: true },
+  },
+  {
+    name: 'a bad element: nothing written',
+    specs: () => [{ task: 'ok' }, { task: 'bad', priority: 1.5 }],
+    expect: { field: 'jobs[1].priority' },
+  },
+  {
+    name: 'a bad element deep in an option',
+    specs: () => [{ task: 'ok', dedupeKey: 'k', dedupe: { scope: 'x' } }],
+    expect: { field: 'jobs[0].dedupe.scope' },
+  },
+  {
+    name: 'an unknown key in an element',
+    specs: () => [{ task: 'ok', prio: 1 }],
+    expect: { field: 'jobs[0].prio' },
+    messagesDiffer: 'each lists its own known names (Python its keywords)',
+  },
+  {
+    name: 'dependsOn and a dedupe key in one call',
+    setup: async (q) => ({ dep: (await q.enqueue('conf.dep', {})).id }),
+    specs: (ids) => [
+      { task: 'k', dedupeKey: 'k' },
+      { task: 'w', dependsOn: [ids.dep] },
+    ],
+    expect: { field: 'jobs[0].dedupeKey' },
+    messagesDiffer: 'each names its own call (enqueueMany, enqueue_many)',
+  },
+];
+
+describeWithPython('§13 conformance of enqueue_many: library, SQL function and Python client', () => {
+  for (const b of BATCHES) {
+    test(b.name, async () => {
+      const results = new Map<BatchPath, Result>();
+      for (const path of ['library', 'sql', 'python'] as const) {
+        results.set(
+          path,
+          await observe(b.setup, (named) => ({
+            absolute: false,
+            outcome: BATCH_PRODUCERS[path](b.specs(named)),
+          })),
+        );
+      }
+      const ref = results.get('library') as Result;
+      const asCase = { name: b.name, expect: b.expect, messagesDiffer: b.messagesDiffer } as Case;
+      const answer = ref.answer as { error?: { field: string } } | { created: boolean }[];
+      if ('field' in b.expect) {
+        expect((answer as { error?: { field: string } }).error?.field).toBe(b.expect.field);
+        expect(ref.untouched).toBe(true);
+      } else {
+        expect(Array.isArray(answer) && answer.every((a) => typeof a.created === 'boolean')).toBe(true);
+      }
+      const report = (['sql', 'python'] as const).flatMap((path) =>
+        differences(asCase, path, ref, results.get(path) as Result).map((d) => `${path}: ${d}`),
+      );
+      expect(report, 'paths differ from the library').toEqual([]);
+    });
+  }
 });
