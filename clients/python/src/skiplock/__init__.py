@@ -14,8 +14,8 @@ Enqueued(id='42', created=True)
 See the README of this package (clients/python/README.md) and docs/producers.md.
 """
 
-from ._client import Dedupe, Enqueued, JobDict, enqueue, enqueue_many
+from ._client import Connection, Dedupe, Enqueued, JobDict, enqueue, enqueue_many
 from .errors import SkiplockError, ValidationError
 
-__all__ = ["Dedupe", "Enqueued", "JobDict", "SkiplockError", "ValidationError", "enqueue", "enqueue_many"]
+__all__ = ["Connection", "Dedupe", "Enqueued", "JobDict", "SkiplockError", "ValidationError", "enqueue", "enqueue_many"]
 __version__ = "0.1.0"

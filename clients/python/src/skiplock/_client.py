@@ -3,14 +3,35 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Dict, Iterable, List, Literal, Mapping, NamedTuple, Optional, Sequence, Tuple, TypedDict, Union
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypedDict,
+    Union,
+)
 
 import psycopg
 
 from ._encode import check_text, describe, to_json
 from .errors import SkiplockError, ValidationError
 
-__all__ = ["Dedupe", "Enqueued", "JobDict", "enqueue", "enqueue_many"]
+__all__ = ["Connection", "Dedupe", "Enqueued", "JobDict", "enqueue", "enqueue_many"]
+
+
+class Connection(Protocol):
+    """What the client needs of a connection: ``cursor()`` on psycopg 3 — a ``psycopg.Connection``,
+    Django's ``django.db.connection``, SQLAlchemy's ``session.connection().connection``."""
+
+    def cursor(self) -> Any: ...
 
 
 class Enqueued(NamedTuple):
@@ -82,7 +103,7 @@ Job = Union[Tuple[str, Any], JobDict, Mapping[str, Any]]
 
 
 def enqueue(
-    conn: "psycopg.Connection[Any]",
+    conn: Connection,
     task: str,
     payload: Any,
     *,
@@ -157,7 +178,7 @@ def enqueue(
     return Enqueued(str(row[0]), bool(row[1]))
 
 
-def enqueue_many(conn: "psycopg.Connection[Any]", jobs: Iterable[Job], *, schema: str = "skiplock") -> List[Enqueued]:
+def enqueue_many(conn: Connection, jobs: Iterable[Job], *, schema: str = "skiplock") -> List[Enqueued]:
     """Enqueue many jobs in one statement, in ``conn``'s current transaction; answers in input order.
 
     Each job is a ``(task, payload)`` pair or a dict ``{"task": …, "payload": …, **options}``
@@ -249,7 +270,7 @@ def _quote(schema: str) -> str:
     return '"' + schema.replace('"', '""') + '"'
 
 
-def _run(conn: Any, query: str, params: Tuple[Any, ...]) -> List[Tuple[Any, ...]]:
+def _run(conn: Connection, query: str, params: Tuple[Any, ...]) -> List[Tuple[Any, ...]]:
     """Runs the call on a cursor of ``conn``; maps the driver's errors to Skiplock's."""
     cursor = conn.cursor()
     try:
