@@ -90,7 +90,7 @@ function headline(workload: WorkloadName, m: Metrics): string {
     case 'W8':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofLimit ?? Number.NaN) * 100)} % of what the limit allows)`;
     case 'W4-sql':
-      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s through the SQL function${m.libManyJobsPerSec === undefined ? '' : `; batches: library enqueueMany ${fmt(m.libManyJobsPerSec)} jobs/s, Python enqueue_many ${m.pyManyJobsPerSec === undefined ? 'not run (no venv)' : `${fmt(m.pyManyJobsPerSec)} jobs/s (${fmt(m.pyVsLib ?? Number.NaN)}×)`}`}`;
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s through the SQL function (alone: ${fmt(m.soloCallUs ?? Number.NaN)} µs a call)${m.libManyJobsPerSec === undefined ? '' : `; batches: library enqueueMany ${fmt(m.libManyJobsPerSec)} jobs/s, Python enqueue_many ${m.pyManyJobsPerSec === undefined ? 'not run (no venv)' : `${fmt(m.pyManyJobsPerSec)} jobs/s (${fmt(m.pyVsLib ?? Number.NaN)}×)`}`}`;
     case 'W9':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofBound ?? Number.NaN) * 100)} % of what one running job per group allows)`;
     case 'W-flow-fanout':

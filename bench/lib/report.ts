@@ -98,6 +98,14 @@ export function rows(config: Config): Row[] {
     },
     {
       workload: 'W4-sql',
+      metric: 'soloCallUs',
+      label: `W4-sql the same call alone: one connection, one call after another, synchronous_commit off in that session (the call's own cost)`,
+      short: 'W4-sql one call',
+      unit: 'µs per call',
+      better: 'lower',
+    },
+    {
+      workload: 'W4-sql',
       metric: 'pyManyJobsPerSec',
       label: `W4-sql enqueue_many of ${n(s.w4SqlBatch)} jobs from Python (psycopg 3, one call + commit; median of ${s.w4SqlBatches})`,
       short: 'W4-sql Python enqueue_many',

@@ -6,7 +6,8 @@
  *    `w4InFlight` connections of their own (node-postgres, autocommit: one call, one
  *    transaction, one commit each, as a trigger or a script in another language makes them),
  *    after 32 warm-up calls. Both functions send a NOTIFY per call, so both pay PostgreSQL's
- *    commit-time notify lock.
+ *    commit-time notify lock. Then the call's own cost: one connection, one call after another,
+ *    with synchronous_commit off in that session (µs per call).
  * 2. Skiplock only: `enqueue_many` of `w4SqlBatch` jobs from Python (clients/python on psycopg
  *    3, one call and a commit) against the library's `queue.enqueueMany` of as many (one call,
  *    its own commit), alternating, `w4SqlBatches` calls each after a warm-up call of each. The
@@ -63,6 +64,16 @@ export async function w4Sql(driver: SystemDriver, ctx: RunContext): Promise<Metr
     metrics.jobsPerSec = (w4Calls / ms) * 1000;
     const stored = await driver.remaining();
     if (stored !== w4Calls + 32) throw new Error(`${stored} jobs stored after ${w4Calls + 32} calls`);
+    // the call's own cost: one connection, calls one after another, its commits not waiting for
+    // the disk (synchronous_commit off in that session only) — what is left is the function's
+    // work and the round trip, the figure a busy machine disturbs least
+    const solo = clients[0] as pg.Client;
+    await solo.query('SET synchronous_commit TO off');
+    const soloCalls = Math.min(w4Calls, 2_000);
+    const t1 = performance.now();
+    for (let i = 0; i < soloCalls; i++)
+      await solo.query(statement, [TASK, JSON.stringify({ i: -i - 1, t: 0 })]);
+    metrics.soloCallUs = ((performance.now() - t1) * 1000) / soloCalls;
   } finally {
     await Promise.all(clients.map((client) => client.end().catch(() => {})));
   }
