@@ -32,6 +32,7 @@ import {
 } from './lib/report.js';
 import type { StatementRow } from './lib/statements.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
+import { w4Sql } from './lib/w4-sql.js';
 import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
@@ -49,6 +50,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W2d: (driver, ctx) => w2(driver, ctx, true),
   W3: w3,
   W4: w4,
+  'W4-sql': w4Sql,
   W5: w5,
   W7: w7,
   W8: w8,
@@ -87,6 +89,8 @@ function headline(workload: WorkloadName, m: Metrics): string {
         .join(', ');
     case 'W8':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofLimit ?? Number.NaN) * 100)} % of what the limit allows)`;
+    case 'W4-sql':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s through the SQL function (alone: ${fmt(m.soloCallUs ?? Number.NaN)} µs a call)${m.libManyJobsPerSec === undefined ? '' : `; batches: library enqueueMany ${fmt(m.libManyJobsPerSec)} jobs/s, Python enqueue_many ${m.pyManyJobsPerSec === undefined ? 'not run (no venv)' : `${fmt(m.pyManyJobsPerSec)} jobs/s (${fmt(m.pyVsLib ?? Number.NaN)}×)`}`}`;
     case 'W9':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofBound ?? Number.NaN) * 100)} % of what one running job per group allows)`;
     case 'W-flow-fanout':
@@ -140,6 +144,7 @@ async function runWorkloads(
         if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
         if (workload === 'W8' && !driver.limitConcurrency) continue; // no global concurrency limit
         if (workload === 'W9' && !driver.limitGroups) continue; // no group keys
+        if (workload === 'W4-sql' && !driver.sqlEnqueue) continue; // no SQL enqueue function
         if (workload.startsWith('W-flow') && !driver.flowProducer) continue; // no job dependencies
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;

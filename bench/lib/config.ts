@@ -8,6 +8,7 @@ export const WORKLOADS = [
   'W2d',
   'W3',
   'W4',
+  'W4-sql',
   'W5',
   'W6',
   'W7',
@@ -29,6 +30,9 @@ export interface Sizes {
   w3Concurrency: number;
   w4Calls: number;
   w4InFlight: number;
+  /** W4-sql: jobs per enqueue_many call (Python) and enqueueMany call (library), and calls of each. */
+  w4SqlBatch: number;
+  w4SqlBatches: number;
   w5Seconds: number;
   w5Workers: number;
   w5Concurrency: number;
@@ -83,6 +87,8 @@ export const FULL: Sizes = {
   w3Concurrency: 10,
   w4Calls: 5_000,
   w4InFlight: 16,
+  w4SqlBatch: 1_000,
+  w4SqlBatches: 10,
   w5Seconds: 30,
   w5Workers: 2,
   w5Concurrency: 50,
@@ -120,6 +126,7 @@ export const QUICK: Sizes = {
   w2Jobs: 2_000,
   w3Jobs: 100,
   w4Calls: 1_000,
+  w4SqlBatches: 2,
   w5Seconds: 5,
   w6Finished: 20_000,
   w6Pending: 2_000,
@@ -163,8 +170,8 @@ export const USAGE = `Usage: npm run bench -- [options]
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq,
                        bullmq-pg)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W-flow-fanout, W-flow-chain,
-                       W-flow-insert, W-flow-scan, pgbench)
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W4-sql, W-flow-fanout,
+                       W-flow-chain, W-flow-insert, W-flow-scan, pgbench)
   --profile            W2 and W2d as a per-job budget: Node CPU, PostgreSQL CPU, WAL, GC and
                        allocation per job of one worker process that enqueues, then drains
                        (profile.md in the report folder; docs/ only with --write)

@@ -25,6 +25,8 @@ export const BULLMQ_PG_SCHEMA = `bench_bullmq${BENCH_SUFFIX}`;
 export class BullMQPgDriver extends BullMQBase implements SystemDriver {
   readonly name = 'bullmq-pg' as const;
   readonly deletesCompleted = 'option' as const;
+  readonly noSqlEnqueue =
+    'its add_job SQL function is internal to its TypeScript client (which makes the job id, options and timestamps), not a producer API';
   readonly flowShapes: FlowShapes = {
     root: false,
     api: 'new FlowProducer(opts, createPostgresBackend).add(tree), the same trees as on Redis (a parent runs after all its children; a job has at most one parent, so the fan-in has no root above it)',

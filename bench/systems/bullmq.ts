@@ -227,6 +227,7 @@ export abstract class BullMQBase {
 export class BullMQDriver extends BullMQBase implements SystemDriver {
   readonly name = 'bullmq' as const;
   readonly deletesCompleted = 'no' as const;
+  readonly noSqlEnqueue = 'not on PostgreSQL';
   readonly flowShapes: FlowShapes = {
     root: false,
     api: 'new FlowProducer().add(tree) (one call per flow; a parent runs after all its children): the fan-in is a parent with 10,000 children and no root above them (a job has at most one parent); a chain nests each job as the only child of the next',

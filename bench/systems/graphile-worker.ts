@@ -78,6 +78,11 @@ export class GraphileWorkerDriver implements SystemDriver {
     });
   }
 
+  /** W4-sql: its SQL function `add_job(identifier, payload)` (what its own addJob calls). */
+  sqlEnqueue(): string {
+    return `SELECT id FROM ${ident(GW_SCHEMA)}.add_job($1, $2::json)`;
+  }
+
   async remaining(): Promise<number> {
     const { rows } = await adminPool(this.env.databaseUrl).query<{ n: number }>(
       `SELECT count(*)::int AS n FROM ${ident(GW_SCHEMA)}._private_jobs`,

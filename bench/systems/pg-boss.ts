@@ -57,6 +57,8 @@ function batchSize(concurrency: number): number {
 export class PgBossDriver implements SystemDriver {
   readonly name = 'pg-boss' as const;
   readonly deletesCompleted = 'no' as const;
+  readonly noSqlEnqueue =
+    'no SQL function that enqueues: send() writes its INSERT from the client (its SQL functions manage queues)';
   readonly flowShapes: FlowShapes = {
     root: true,
     chainLimit: {

@@ -5,7 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Queue, Worker } from '../../src/index.js';
-import { dropSchema } from '../lib/db.js';
+import { dropSchema, ident } from '../lib/db.js';
 import { REPO_DIR } from '../lib/paths.js';
 import type {
   BenchEnv,
@@ -86,6 +86,11 @@ export class SkiplockDriver implements SystemDriver {
     } finally {
       await queue.close();
     }
+  }
+
+  /** W4-sql: SPEC §13's `<schema>.enqueue(task, payload)` (migration 17). */
+  sqlEnqueue(): string {
+    return `SELECT id, created FROM ${ident(this.schema)}.enqueue($1, $2::jsonb)`;
   }
 
   async remaining(): Promise<number> {

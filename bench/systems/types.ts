@@ -129,6 +129,13 @@ export interface SystemDriver {
   readonly flowShapes?: FlowShapes;
   /** Workflows: why the system has none (for the report). */
   readonly noFlows?: string;
+  /**
+   * W4-sql: the statement that enqueues one job through the system's own SQL function ($1 the
+   * task, $2 the payload as JSON text); absent when it has none.
+   */
+  sqlEnqueue?(): string;
+  /** W4-sql: why the system has no SQL enqueue function (for the report). */
+  readonly noSqlEnqueue?: string;
   /** Drops this system's schema (or keys): the cleanup at the end of a run. */
   drop(): Promise<void>;
   /** Jobs not finished yet (queued or running), as the system's storage says. */

@@ -5,10 +5,12 @@
  * envelope `{ error: { code, message, field? } }`. Every read is bounded (SPEC §5, §7).
  */
 import { Hono } from 'hono';
+import { bodyLimit } from 'hono/body-limit';
 import { requireFlowId, requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
 import { NotFoundError, ValidationError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import type { ListOptions, LiveStatus } from '../types.js';
+import { enqueueRequest } from './enqueue-body.js';
 import { errorBody } from './errors.js';
 import type { History } from './history.js';
 import type { AdminReads, ReadRoute } from './read-route.js';
@@ -20,12 +22,20 @@ const SCHEDULE_PAGE = 500;
 const FLOW_GRAPH_LIMIT = 10_005;
 /** Ids of dependencies and of dependents `GET /api/jobs/:id` returns (the lowest; the counts say how many). */
 const DEPENDENCY_IDS = 100;
+/** Largest body of `POST /api/jobs` by default (SPEC §13): 1 MiB. */
+export const ENQUEUE_BODY_LIMIT = 1024 * 1024;
 
 /**
  * The /api routes. `reads` serves every read that may come from the read replica (the queue
  * itself, or `route` when it has a replica); `queue` the writes and the primary's reads.
+ * `enqueueBodyLimit`: the largest body of `POST /api/jobs`, in bytes.
  */
-export function apiRoutes(queue: Queue, history: History, route: ReadRoute | null = null): Hono {
+export function apiRoutes(
+  queue: Queue,
+  history: History,
+  route: ReadRoute | null = null,
+  enqueueBodyLimit = ENQUEUE_BODY_LIMIT,
+): Hono {
   const api = new Hono();
   const reads: AdminReads = route ?? queue;
 
@@ -97,6 +107,46 @@ export function apiRoutes(queue: Queue, history: History, route: ReadRoute | nul
       throw new NotFoundError(`No flow with id ${flowId} (its jobs may have been deleted by retention)`);
     return c.json(graph);
   });
+
+  // SPEC §13 the HTTP producer: `{ task, payload, ...options }` through queue.enqueue (its own
+  // transaction: the job is committed when the answer comes), 201 { id, created } or 200 on a
+  // dedupe hit; bad input a 400 naming the field. Only JSON (a cross-site form cannot send it
+  // without a preflight), and at most `enqueueBodyLimit` bytes of it (413, read no further).
+  api.post(
+    '/jobs',
+    bodyLimit({
+      maxSize: enqueueBodyLimit,
+      onError: (c) =>
+        c.json(
+          errorBody(
+            'ERR_TOO_LARGE',
+            `The request body is larger than ${enqueueBodyLimit} bytes: keep payloads small (store large data elsewhere and enqueue a reference to it)`,
+          ),
+          413,
+        ),
+    }),
+    async (c) => {
+      if (!/^application\/json\s*(?:;|$)/i.test(c.req.header('content-type') ?? '')) {
+        return c.json(
+          errorBody(
+            'ERR_UNSUPPORTED_MEDIA_TYPE',
+            'Send the job as JSON, with Content-Type: application/json',
+          ),
+          415,
+        );
+      }
+      const text = await c.req.text();
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch (error) {
+        throw new ValidationError('body', `must be JSON (${(error as Error).message})`);
+      }
+      const { task, payload, options } = enqueueRequest(body);
+      const result = await queue.enqueue(task as string, payload, options);
+      return c.json(result, result.created ? 201 : 200);
+    },
+  );
 
   // Writes decide and report in one statement on the primary (never a replica read first): an
   // unknown job is a 404, a job whose status does not allow it a 409 ERR_CONFLICT.

@@ -39,6 +39,8 @@ export interface AdminServerOptions {
   workers?: Worker[];
   /** Depth sampling interval for the charts (default 10 s). */
   sampleIntervalMs?: number;
+  /** Largest body of `POST /api/jobs`, in bytes (default 1 MiB); a larger one is a 413. */
+  enqueueBodyLimit?: number;
   logger?: Logger;
 }
 
@@ -75,7 +77,7 @@ export function adminApp(options: AdminServerOptions & { host: string }) {
   const auth = apiAuth({ token, host: options.host });
   app.use('/api/*', auth);
   app.use('/metrics', auth);
-  app.route('/api', apiRoutes(options.queue, history, route));
+  app.route('/api', apiRoutes(options.queue, history, route, options.enqueueBodyLimit));
   app.get('/metrics', async (c) =>
     c.body(await metrics.text(), 200, { 'Content-Type': metrics.contentType }),
   );

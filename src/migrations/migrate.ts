@@ -17,6 +17,7 @@ import { traceContext } from './013-trace-context.js';
 import { workflows } from './014-workflows.js';
 import { dependencyCommit } from './015-dependency-commit.js';
 import { cachedPicks } from './016-cached-picks.js';
+import { producers } from './017-producers.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -37,6 +38,7 @@ export const MIGRATIONS: readonly Migration[] = [
   workflows,
   dependencyCommit,
   cachedPicks,
+  producers,
 ];
 
 /** The schema version this package needs. */

@@ -484,7 +484,7 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
       ['GET', '/api/nope'],
       ['GET', '/api'],
       ['GET', '/api/jobs/1/requeue'],
-      ['POST', '/api/jobs'],
+      ['PUT', '/api/jobs'],
       ['DELETE', `/api/jobs/${ids.pending[0]}`],
       ['GET', '/nope'],
       ['POST', '/metrics'],

@@ -239,7 +239,9 @@ describe('migrations', () => {
     )) as [{ id: string }];
     await db.sql(`INSERT INTO ${s}.job_dependencies (job_id, depends_on) VALUES ($1, $2)`, [child, parent]);
     const queue = db.queue({ schema });
-    expect((await queue.migrate()).applied).toEqual([15, 16]);
+    expect((await queue.migrate()).applied).toEqual(
+      MIGRATIONS.filter((m) => m.version >= 15).map((m) => m.version),
+    );
     expect((await queue.get(child))?.status).toBe('waiting');
     // a dependent written by this version while the parent runs
     const { id: later } = await queue.enqueue('v15.child', null, { dependsOn: [parent] });
@@ -271,7 +273,9 @@ describe('migrations', () => {
     );
     await db.sql(`INSERT INTO ${s}.queues (name, concurrency) VALUES ('narrow', 1)`);
     const queue = db.queue({ schema });
-    expect((await queue.migrate()).applied).toEqual([16]);
+    expect((await queue.migrate()).applied).toEqual(
+      MIGRATIONS.filter((m) => m.version >= 16).map((m) => m.version),
+    );
     const functions = await language();
     expect(functions.map((f) => [f.proname, f.lanname])).toEqual([
       ['pick_mixed', 'plpgsql'],
