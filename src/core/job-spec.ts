@@ -96,7 +96,7 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
     dedupeKey:
       options.dedupeKey === undefined || options.dedupeKey === null
         ? null
-        : requireName(options.dedupeKey, at('dedupeKey')),
+        : dedupeKeyArg(options.dedupeKey, at('dedupeKey')),
     maxAttempts:
       options.maxAttempts === undefined
         ? DEFAULT_MAX_ATTEMPTS
@@ -143,6 +143,29 @@ export function onDependencyFailureArg(value: unknown, field: string): boolean {
   if (value === undefined || value === null || value === 'cancel') return false;
   if (value === 'run') return true;
   throw new ValidationError(field, `must be 'cancel' or 'run', got ${describe(value)}`);
+}
+
+/**
+ * Longest dedupe key, in UTF-8 bytes: it is one B-tree index entry (the active jobs' unique
+ * index, scope 'pending''s, the throttle windows' key), and an entry holds at most 2,704 bytes —
+ * a name of 1,000 characters can be 3,000. Migration 18 checks the same bound in SQL.
+ */
+export const MAX_DEDUPE_KEY_BYTES = 2_400;
+
+/** `dedupeKey`: a name of at most MAX_DEDUPE_KEY_BYTES bytes. */
+function dedupeKeyArg(value: unknown, field: string): string {
+  const key = requireName(value, field);
+  // a key of at most MAX/3 UTF-16 units cannot be longer (3 bytes a unit at most): no count
+  if (key.length > MAX_DEDUPE_KEY_BYTES / 3) {
+    const bytes = Buffer.byteLength(key);
+    if (bytes > MAX_DEDUPE_KEY_BYTES) {
+      throw new ValidationError(
+        field,
+        `must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (it is one index entry), got ${bytes} bytes`,
+      );
+    }
+  }
+  return key;
 }
 
 /** Longest group key, in UTF-8 bytes: it sits in the grouped claim index next to the queue name. */
@@ -230,11 +253,45 @@ export function enqueueOptions(options: unknown): EnqueueOptions & { client?: un
   return opts;
 }
 
+/** Most jobs in one batch call that has dependsOn (as in a flow: its rows go in one statement). */
+export const MAX_DEPENDENT_CALL_JOBS = 100_000;
+/** Most dependsOn entries in one batch call, all jobs together (its edges go in one statement). */
+export const MAX_DEPENDENT_CALL_EDGES = 1_000_000;
+
+/**
+ * §10 the size of a batch call with dependencies, checked before any element is (a call too
+ * large is refused at once, whatever it holds): at most MAX_DEPENDENT_CALL_JOBS jobs and
+ * MAX_DEPENDENT_CALL_EDGES dependsOn entries in all (repeats counted). The SQL `enqueue_many`
+ * (migration 18) counts the same way.
+ */
+export function dependentCallSize(specs: readonly unknown[], field: string): void {
+  let edges = 0;
+  for (const spec of specs) {
+    const deps =
+      typeof spec === 'object' && spec !== null ? (spec as { dependsOn?: unknown }).dependsOn : undefined;
+    if (Array.isArray(deps)) edges += deps.length;
+  }
+  if (edges === 0) return;
+  if (specs.length > MAX_DEPENDENT_CALL_JOBS) {
+    throw new ValidationError(
+      field,
+      `must hold at most ${MAX_DEPENDENT_CALL_JOBS} jobs in a call with dependsOn, got ${specs.length}: split the call`,
+    );
+  }
+  if (edges > MAX_DEPENDENT_CALL_EDGES) {
+    throw new ValidationError(
+      field,
+      `must hold at most ${MAX_DEPENDENT_CALL_EDGES} dependsOn entries in all in one call, got ${edges}: split the call`,
+    );
+  }
+}
+
 /** Validates every entry of `enqueueMany(specs)`; one bad entry rejects the whole batch. */
 export function toNewJobs(specs: unknown): NewJob[] {
   if (!Array.isArray(specs)) {
     throw new ValidationError('specs', 'must be an array of { task, payload, ...options }');
   }
+  dependentCallSize(specs, 'specs');
   const jobs = specs.map((spec: unknown, i) => {
     const prefix = `specs[${i}].`;
     if (typeof spec !== 'object' || spec === null || Array.isArray(spec)) {

@@ -4,6 +4,7 @@
  */
 import { ValidationError } from '../errors.js';
 import { JOB_STATUSES, type JobStatus, type Lease } from '../types.js';
+import { compareCodePoints } from './key-order.js';
 
 const INT4_MAX = 2_147_483_647;
 const INT4_MIN = -2_147_483_648;
@@ -247,15 +248,22 @@ export function optionalNameList(value: unknown, field: string): string[] | null
   return value.map((item, i) => requireName(item, `${field}[${i}]`));
 }
 
-/** Refuses keys the caller probably misspelt (`dedupe_key`, `runAfter`…). */
+/**
+ * Refuses keys the caller probably misspelt (`dedupe_key`, `runAfter`…). With several, it names
+ * the smallest by code point, as the SQL functions (`min(key COLLATE "C")`) and the HTTP route
+ * do: every producer names the same one (SPEC §13).
+ */
 export function rejectUnknownKeys(value: object, allowed: readonly string[], field: string): void {
+  let unknown: string | undefined;
   for (const key of Object.keys(value)) {
-    if (!allowed.includes(key)) {
-      throw new ValidationError(
-        field ? `${field}.${key}` : key,
-        `is not a known option (known: ${allowed.join(', ')})`,
-      );
-    }
+    if (!allowed.includes(key) && (unknown === undefined || compareCodePoints(key, unknown) < 0))
+      unknown = key;
+  }
+  if (unknown !== undefined) {
+    throw new ValidationError(
+      field ? `${field}.${unknown}` : unknown,
+      `is not a known option (known: ${allowed.join(', ')})`,
+    );
   }
 }
 

@@ -5,6 +5,7 @@
 
 import { Batcher, type Settled } from '../core/batcher.js';
 import type { NewJob } from '../core/job-spec.js';
+import { compareKeys } from '../core/key-order.js';
 import { isConnectionError } from '../db/database-error.js';
 import { type Executor, inTransaction } from '../db/executor.js';
 import { DatabaseError } from '../errors.js';
@@ -76,7 +77,8 @@ export class Enqueuer {
     if (jobs.some((job) => job.dedupe !== null)) {
       // §8 dedupe modes decide job by job, all in one transaction, in dedupe-key order — two
       // batches that share keys then take their locks in one order and never deadlock (§3) —
-      // with the results in input order.
+      // with the results in input order. The order is code point order, the SQL functions'
+      // COLLATE "C" (core/key-order.ts): a batch of the library and one of enqueue_many agree.
       const order = jobs.map((job, index) => ({ job, index }));
       order.sort((a, b) => compareKeys(a.job.dedupeKey, b.job.dedupeKey) || a.index - b.index);
       const pendingKeys = jobs.filter((job) => job.dedupe?.scope === 'pending').map((job) => job.dedupeKey);
@@ -267,14 +269,6 @@ export class Enqueuer {
       this.flushing--;
     }
   }
-}
-
-/** Dedupe keys in one total order (jobs without a key first). */
-function compareKeys(a: string | null, b: string | null): number {
-  if (a === b) return 0;
-  if (a === null) return -1;
-  if (b === null) return 1;
-  return a < b ? -1 : 1;
 }
 
 /** The values of a batch whose jobs all settled well; else the first job's error. */

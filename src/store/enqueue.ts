@@ -56,8 +56,10 @@ export function enqueueSql(s: string) {
         SELECT id, queue, task, payload, priority, dedupe_key, max_attempts,
                ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key, trace_context::jsonb
         -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
-        -- one order and never deadlock (a key repeated in the batch: its first entry wins)
-        FROM input ORDER BY dedupe_key, ord
+        -- one order and never deadlock (a key repeated in the batch: its first entry wins);
+        -- code point order (COLLATE "C"), whatever the database's collation: the order of the
+        -- library's job-by-job batches and of enqueue_many (core/key-order.ts)
+        FROM input ORDER BY dedupe_key COLLATE "C", ord
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       ), notified AS (
