@@ -2,7 +2,8 @@
  * The table of test/producers/conformance.test.ts: enqueue calls, valid and invalid, each run
  * through every producer path that can express it. Options are written as the library takes
  * them (camelCase), with `runAt` as an ISO string (each path converts it its way) and JSON
- * markers for what JSON cannot carry ({ $float: 'nan' }). `setup` makes the jobs a case needs
+ * markers for what JSON cannot carry ({ $float: 'nan' }) or JavaScript cannot hold ({ $json:
+ * '1e400' }: that text, as it is, in the JSON a path sends). `setup` makes the jobs a case needs
  * (a dedupe key's holder, a dependency) and names them; an option given as a function gets
  * those names' ids.
  */
@@ -454,6 +455,65 @@ export const CASES: Case[] = [
     payload: { s: '\ud800' },
     only: { paths: ['library', 'python', 'http'], why: 'jsonb cannot hold it: no SQL call can send it' },
     expect: { field: 'payload' },
+  },
+
+  // ---- the review of issue 25 ----
+  {
+    name: 'dedupeKey of 2400 bytes (the bound)',
+    options: { dedupeKey: '€'.repeat(800) },
+    expect: { created: true },
+  },
+  {
+    name: 'dedupeKey over 2400 bytes: one index entry cannot hold it',
+    options: { dedupeKey: `${'€'.repeat(800)}x` },
+    expect: { field: 'dedupeKey' },
+  },
+  {
+    name: 'two unknown options: the smallest by code point is named (U+FFFF before U+1F600)',
+    options: { '\u{1F600}': 1, '\uFFFF': 2 },
+    only: { paths: ['library', 'sql', 'http'], why: 'Python has no such keywords: a TypeError' },
+    expect: { field: 'options.\uFFFF' },
+    messagesDiffer: 'the library lists client among its known options, SQL and HTTP sequence',
+  },
+  {
+    name: 'an unknown option and sequence: the unknown option first',
+    options: { sequence: 'account:42', bogus: 1 },
+    only: { paths: ['library', 'sql', 'http'], why: 'Python has no bogus keyword: a TypeError' },
+    expect: { field: 'options.bogus' },
+    messagesDiffer: 'the library lists client among its known options, SQL and HTTP sequence',
+  },
+  {
+    name: 'task empty and runAt not a timestamp: task first',
+    task: '',
+    options: { runAt: 'tomorrow' },
+    expect: { field: 'task' },
+  },
+  {
+    name: 'runAt not a timestamp with delayMs: the pair first',
+    options: { runAt: 'tomorrow', delayMs: 5 },
+    expect: { field: 'runAt' },
+  },
+  {
+    name: 'a payload number at the largest double',
+    payload: { big: 1.7976931348623157e308, small: -1.7976931348623157e308 },
+    expect: { created: true },
+  },
+  {
+    name: 'a payload number beyond a double (JavaScript would read Infinity)',
+    payload: { a: [1, { $json: `1${'0'.repeat(400)}` }] },
+    only: {
+      paths: ['sql', 'python', 'http'],
+      why: 'a JavaScript number cannot be beyond a double: the library never sees one',
+    },
+    expect: { field: 'payload.a[1]' },
+    messagesDiffer:
+      'HTTP parses the body with JavaScript, where it is already Infinity (the library’s message)',
+  },
+  {
+    name: 'task of more than 3000 bytes: refused by its size',
+    task: 'ü'.repeat(1501),
+    expect: { field: 'task' },
+    messagesDiffer: 'SQL (and so Python) counts the bytes of a string that long, without reading it',
   },
   {
     name: 'client over HTTP',

@@ -93,9 +93,30 @@ function revive(value: unknown): unknown {
     const marker = (value as { $float?: string }).$float;
     if (marker !== undefined && Object.keys(value).length === 1)
       return Number(marker === 'nan' ? Number.NaN : marker);
+    const raw = rawMarker(value);
+    if (raw !== undefined) return JSON.parse(raw);
     return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, revive(v)]));
   }
   return value;
+}
+
+/** The text of a { $json: text } marker. */
+function rawMarker(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) return undefined;
+  const raw = (value as { $json?: unknown }).$json;
+  return typeof raw === 'string' && Object.keys(value).length === 1 ? raw : undefined;
+}
+
+/** JSON text of `value`, each { $json: text } marker written as that text itself (1e400 stays 1e400). */
+function jsonWithRaw(value: unknown): string {
+  const raws: string[] = [];
+  const text = JSON.stringify(value, (_key, v: unknown) => {
+    const raw = rawMarker(v);
+    if (raw === undefined) return v;
+    raws.push(raw);
+    return `\u0000raw${raws.length - 1}\u0000`;
+  });
+  return text.replace(/"\\u0000raw(\d+)\\u0000"/g, (_, i: string) => raws[Number(i)] as string);
 }
 
 function libraryError(error: unknown): Outcome {
@@ -136,7 +157,7 @@ const PRODUCERS: Record<PathName, (call: Call, sqlFunction?: string) => Promise<
   },
 
   async sql(call, sqlFunction = `${s}.enqueue`) {
-    const payload = call.payload === undefined ? null : JSON.stringify(call.payload);
+    const payload = call.payload === undefined ? null : jsonWithRaw(call.payload);
     try {
       const rows = await db.sql<{ id: string; created: boolean }>(
         `SELECT id::text AS id, created FROM ${sqlFunction}($1, $2::jsonb, $3::jsonb)`,
@@ -191,7 +212,7 @@ const PRODUCERS: Record<PathName, (call: Call, sqlFunction?: string) => Promise<
     const response = await fetch(new URL('/api/jobs', server.url), {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
+      body: jsonWithRaw(body),
     });
     const answer = (await response.json()) as {
       id: string;
@@ -592,6 +613,17 @@ const BATCHES: BatchCase[] = [
       { task: 'b.plain', payload: 5 },
       { task: 'b.w', payload: 6, dedupeKey: 'b-w', dedupe: { windowMs: 60_000 } },
       { task: 'b.k', payload: 7, dedupeKey: 'a-plain' },
+    ],
+    expect: { created: true },
+  },
+  {
+    name: 'dedupe modes with keys beyond U+FFFF: one key order, code points (issue 25)',
+    specs: () => [
+      { task: 'b.o', payload: 1, dedupeKey: '\u{1F600}', dedupe: { windowMs: 60_000 } },
+      { task: 'b.o', payload: 2, dedupeKey: '\uFFFF', dedupe: { windowMs: 60_000 } },
+      { task: 'b.o', payload: 3, dedupeKey: '\uE000', dedupe: { replace: true } },
+      { task: 'b.o', payload: 4, dedupeKey: '\u{10000}', dedupe: { scope: 'pending' } },
+      { task: 'b.o', payload: 5, dedupeKey: 'z' },
     ],
     expect: { created: true },
   },

@@ -57,6 +57,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await db.sql('DROP TABLE IF EXISTS public.producer_checks');
   for (const role of [producer, stranger]) {
     await db.sql(`DROP OWNED BY ${role}`);
     await db.sql(`DROP ROLE ${role}`);
@@ -161,8 +162,10 @@ describe('a producer with only USAGE and EXECUTE', () => {
 
   test('cannot call the functions behind enqueue', async () => {
     for (const statement of [
-      `SELECT ${s}.producer_spec('"t"', '{}', '{}', 'options', '')`,
-      `SELECT * FROM ${s}.producer_insert(${s}.producer_spec('"t"', '{}', '{}', 'options', ''), NULL)`,
+      `SELECT ${s}.producer_check('"t"', NULL, '{}', '{}', 'options', '')`,
+      `SELECT * FROM ${s}.producer_insert(${s}.producer_check('"t"', NULL, '{}', '{}', 'options', ''), NULL)`,
+      `SELECT ${s}.producer_payload('1', 'payload')`,
+      `SELECT ${s}.producer_too_long('task', 5000)`,
       `SELECT ${s}.producer_insert_dependents(ARRAY[]::${s}.producer_job[], ARRAY[]::text[])`,
       `SELECT ${s}.producer_invalid('f', 'm')`,
     ]) {
@@ -171,6 +174,95 @@ describe('a producer with only USAGE and EXECUTE', () => {
         statement,
       ).rejects.toMatchObject({ code: '42501' });
     }
+  });
+});
+
+/**
+ * Issue 25: the commit trigger of dependencies runs as the schema's owner (SECURITY DEFINER, so a
+ * producer's commit can decide its dependents). Attached to another table, it would act with the
+ * owner's rights on rows someone else wrote: lock the jobs they name FOR NO KEY UPDATE and
+ * rewrite them. Broken on purpose: without migration 18's REVOKE on it, the producer attached it
+ * to its own table ("cannot attach…" failed: CREATE TRIGGER succeeded) and its insert rewrote the
+ * dependency's row as the owner (a new xmin); without the TG_RELID guard, the owner's own
+ * mistake did the same ("…acts only on dependency_checks" failed: the insert succeeded, the
+ * job's xmin changed).
+ */
+describe('the commit trigger of dependencies (migration 15, SECURITY DEFINER)', () => {
+  const fake = (name: string) => `
+    CREATE TABLE public.${name} (id bigserial PRIMARY KEY, job_ids bigint[] NOT NULL, first_id bigint NOT NULL)`;
+
+  /** A job with a waiting dependent, and the dependency's row version. */
+  async function dependency(): Promise<{ dep: string; dependent: string; xmin: string }> {
+    const [dep] = await db.sql<{ id: string }>(`SELECT id::text FROM ${s}.enqueue('grants.victim', '{}')`);
+    const [dependent] = await db.sql<{ id: string }>(
+      `SELECT id::text FROM ${s}.enqueue('grants.waiter', '{}', jsonb_build_object('dependsOn', jsonb_build_array($1::text)))`,
+      [dep?.id],
+    );
+    const [row] = await db.sql<{ xmin: string }>(`SELECT xmin::text FROM ${s}.jobs WHERE id = $1`, [dep?.id]);
+    return { dep: dep?.id as string, dependent: dependent?.id as string, xmin: row?.xmin as string };
+  }
+
+  const state = (ids: string[]) =>
+    db.sql<{ xmin: string; status: string; deps_left: number }>(
+      `SELECT xmin::text, status, deps_left FROM ${s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [ids],
+    );
+
+  test('a producer cannot attach it (or any of the schema’s trigger functions) to a table of its own', async () => {
+    await db.sql(`${fake('producer_checks')}; ALTER TABLE public.producer_checks OWNER TO ${producer}`);
+    const { dep, dependent } = await dependency();
+    const before = await state([dep, dependent]);
+    for (const fn of [
+      'dependencies_committed',
+      'dependency_changed',
+      'dependencies_deleted',
+      'notify_finished',
+    ]) {
+      await expect(
+        as(producer, (client) =>
+          client.query(
+            `CREATE TRIGGER sneaky AFTER INSERT ON public.producer_checks FOR EACH ROW EXECUTE FUNCTION ${s}.${fn}()`,
+          ),
+        ),
+        fn,
+      ).rejects.toMatchObject({
+        code: '42501',
+        message: expect.stringMatching(/permission denied for function/),
+      });
+    }
+    // had it attached one, this insert would have run it as the owner on the dependency
+    await as(producer, (client) =>
+      client.query('INSERT INTO public.producer_checks (job_ids, first_id) VALUES ($1::bigint[], $2)', [
+        [dependent],
+        Number(dependent) + 1,
+      ]),
+    );
+    expect(await state([dep, dependent])).toEqual(before);
+  });
+
+  test('it acts only on dependency_checks: attached elsewhere (by its owner), it refuses and changes nothing', async () => {
+    await db.sql(`${fake('owner_checks')};
+      CREATE TRIGGER mistaken AFTER INSERT ON public.owner_checks FOR EACH ROW EXECUTE FUNCTION ${s}.dependencies_committed()`);
+    const { dep, dependent } = await dependency();
+    const before = await state([dep, dependent]);
+    await expect(
+      db.sql('INSERT INTO public.owner_checks (job_ids, first_id) VALUES ($1::bigint[], $2)', [
+        [dependent],
+        Number(dependent) + 1,
+      ]),
+    ).rejects.toMatchObject({
+      code: '42501',
+      message: expect.stringMatching(
+        /runs only as the trigger of .*dependency_checks, not on (public\.)?owner_checks/,
+      ),
+    });
+    expect(await state([dep, dependent])).toEqual(before);
+    // and as its own trigger it still decides a commit (the dependent above is waiting on a pending job)
+    expect(before.map((r) => [r.status, r.deps_left])).toEqual([
+      ['pending', 0],
+      ['waiting', 1],
+    ]);
+    await db.sql('DROP TABLE public.owner_checks');
   });
 });
 
