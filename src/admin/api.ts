@@ -9,8 +9,8 @@ import { bodyLimit } from 'hono/body-limit';
 import { requireFlowId, requireInt, requireJobId, requireName, requireStatus } from '../core/validate.js';
 import { NotFoundError, ValidationError } from '../errors.js';
 import type { Queue } from '../queue.js';
-import type { ListOptions, LiveStatus } from '../types.js';
-import { enqueueRequest } from './enqueue-body.js';
+import type { EnqueueResult, ListOptions, LiveStatus } from '../types.js';
+import { enqueueError, enqueueRequest } from './enqueue-body.js';
 import { errorBody } from './errors.js';
 import type { History } from './history.js';
 import type { AdminReads, ReadRoute } from './read-route.js';
@@ -142,8 +142,13 @@ export function apiRoutes(
       } catch (error) {
         throw new ValidationError('body', `must be JSON (${(error as Error).message})`);
       }
-      const { task, payload, options } = enqueueRequest(body);
-      const result = await queue.enqueue(task as string, payload, options);
+      const request = enqueueRequest(body);
+      let result: EnqueueResult;
+      try {
+        result = await queue.enqueue(request.task as string, request.payload, request.options);
+      } catch (error) {
+        throw enqueueError(request, error);
+      }
       return c.json(result, result.created ? 201 : 200);
     },
   );

@@ -5,6 +5,7 @@
  * offset; `sequence` is a known name that is refused until sequences exist. Everything else is
  * the library's to check, with its own errors.
  */
+import { smallestByCodePoint } from '../core/key-order.js';
 import { describe } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
 import type { EnqueueOptions } from '../types.js';
@@ -14,7 +15,33 @@ export interface EnqueueRequest {
   task: unknown;
   payload: unknown;
   options: EnqueueOptions;
+  /**
+   * A `runAt` that is no ISO 8601 timestamp with its offset: `options.runAt` is then an
+   * Invalid Date, so the library reports it where it checks `runAt` — after the checks that come
+   * first in every producer (runAt with delayMs, dependsOn, task…) — and {@link enqueueError}
+   * puts this error, in the SQL function's words, in its place.
+   */
+  runAtError: ValidationError | null;
 }
+
+/**
+ * The option names of the body, those of the SQL function (migration 17), in the order its
+ * error message lists them.
+ */
+const OPTION_KEYS = [
+  'queue',
+  'priority',
+  'dedupeKey',
+  'maxAttempts',
+  'runAt',
+  'delayMs',
+  'timeoutMs',
+  'dedupe',
+  'group',
+  'dependsOn',
+  'onDependencyFailure',
+  'sequence',
+];
 
 /**
  * The ISO 8601 form `runAt` takes over HTTP, as the SQL function's (migration 17): date, time to
@@ -23,7 +50,12 @@ export interface EnqueueRequest {
 const ISO_TIMESTAMP =
   /^([0-9]{4})-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):([0-5][0-9])(?::([0-5][0-9])(\.[0-9]{1,9})?)?(?:[Zz]|([+-])(0[0-9]|1[0-5])(?::?([0-5][0-9]))?)$/;
 
-/** Checks a parsed JSON body and maps it to `enqueue`'s arguments (nothing is written yet). */
+/**
+ * Checks a parsed JSON body and maps it to `enqueue`'s arguments (nothing is written yet), in
+ * the SQL function's order (SPEC §13: every producer names the same field): the body, then an
+ * unknown key — the smallest by code point when there are several, as the SQL function's
+ * `min(key COLLATE "C")` —, then `sequence`; the rest is the library's, in its order.
+ */
 export function enqueueRequest(body: unknown): EnqueueRequest {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new ValidationError(
@@ -32,10 +64,17 @@ export function enqueueRequest(body: unknown): EnqueueRequest {
     );
   }
   const { task, payload, ...options } = body as Record<string, unknown>;
-  if (Object.hasOwn(options, 'client')) {
+  const unknown = smallestByCodePoint(Object.keys(options).filter((key) => !OPTION_KEYS.includes(key)));
+  if (unknown === 'client') {
     throw new ValidationError(
       'options.client',
       'is not a known option of POST /api/jobs (the job goes in a transaction of its own: enqueue from SQL or Python to join yours)',
+    );
+  }
+  if (unknown !== undefined) {
+    throw new ValidationError(
+      `options.${unknown}`,
+      `is not a known option (known: ${OPTION_KEYS.join(', ')})`,
     );
   }
   // §11 (issue 23): the name is known, a value refused, as the SQL function does
@@ -46,8 +85,34 @@ export function enqueueRequest(body: unknown): EnqueueRequest {
     );
   }
   delete options.sequence;
-  if (Object.hasOwn(options, 'runAt')) options.runAt = runAt(options.runAt, 'runAt');
-  return { task, payload, options: options as EnqueueOptions };
+  let runAtError: ValidationError | null = null;
+  if (Object.hasOwn(options, 'runAt')) {
+    try {
+      options.runAt = runAt(options.runAt, 'runAt');
+    } catch (error) {
+      if (!(error instanceof ValidationError)) throw error;
+      runAtError = error;
+      options.runAt = new Date(Number.NaN);
+    }
+  }
+  return { task, payload, options: options as EnqueueOptions, runAtError };
+}
+
+/**
+ * The error to answer for a failed `queue.enqueue` of `request`: the library's, except its
+ * report of the Invalid Date standing for a bad `runAt` string, which becomes that string's own
+ * error (the SQL function's message).
+ */
+export function enqueueError(request: EnqueueRequest, error: unknown): unknown {
+  if (
+    request.runAtError !== null &&
+    error instanceof ValidationError &&
+    error.field === 'runAt' &&
+    error.message.startsWith('runAt: must be a valid Date')
+  ) {
+    return request.runAtError;
+  }
+  return error;
 }
 
 /** An ISO 8601 timestamp with its offset as a Date (a date that does not exist is refused, not rolled over). */
