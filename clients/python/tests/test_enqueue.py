@@ -9,6 +9,10 @@ Deliberate breaks seen failing (each undone after):
   saw the hint before the caller's commit, and the SQLAlchemy rollback);
 - ``_mapped`` ignoring the error's column name: every test_bad_input_from_the_server case and
   test_enqueue_many_refuses_the_whole_call failed (a SkiplockError, not a ValidationError).
+- ``_run_at`` sending ``value.isoformat()`` (issue 25, before the fix): the +05:30:15, +20:00,
+  −23:59:59.999999 and Amsterdam-1920 cases failed (22023 runAt: the function's ISO form has no
+  seconds in an offset and no offset beyond ±15:59), and the year cases failed with sqlstate
+  22023 (refused by the server, not before sending).
 """
 
 from __future__ import annotations
@@ -94,6 +98,64 @@ def test_every_keyword_lands_in_its_column(conn):
     assert stored["run_after"] == at
     delayed = enqueue(conn, "py.delay", delay_ms=30_000)
     assert row(conn, delayed.id)["delay_ms"] == 30_000
+
+
+@pytest.mark.parametrize(
+    "offset",
+    [
+        timedelta(hours=5, minutes=30, seconds=15),  # seconds: ISO 8601 as the function takes it has none
+        timedelta(hours=20),  # beyond the function's ±15:59
+        -timedelta(hours=23, minutes=59, seconds=59, microseconds=999999),
+        timedelta(0),
+    ],
+)
+def test_run_at_is_sent_as_its_instant_in_utc(conn, offset):
+    at = datetime(2031, 1, 2, 3, 4, 5, 678901, tzinfo=timezone(offset))
+    job = enqueue(conn, "py.offset", run_at=at)
+    assert row(conn, job.id)["run_after"] == at  # the same instant (aware datetimes compare so)
+
+
+def test_run_at_in_a_zoneinfo_zone_with_a_local_mean_time_offset(conn):
+    zoneinfo = pytest.importorskip("zoneinfo")
+    try:
+        amsterdam = zoneinfo.ZoneInfo("Europe/Amsterdam")
+    except zoneinfo.ZoneInfoNotFoundError:
+        pytest.skip("no time zone database here")
+    at = datetime(1920, 6, 1, 12, 0, tzinfo=amsterdam)  # +01:19:32 (summer time on local mean time)
+    assert at.utcoffset() is not None and at.utcoffset().seconds % 60 != 0
+    job = enqueue(conn, "py.lmt", run_at=at)
+    assert row(conn, job.id)["run_after"] == at
+
+
+@pytest.mark.parametrize(
+    "at",
+    [
+        datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-5))),  # 10000-01-01 in UTC
+        datetime(1, 1, 1, 1, 0, tzinfo=timezone(timedelta(hours=5))),  # year 0 in UTC
+    ],
+)
+def test_run_at_outside_the_years_1_to_9999_in_utc(conn, at):
+    with pytest.raises(ValidationError) as caught:
+        enqueue(conn, "py.year", run_at=at)
+    assert caught.value.field == "runAt" and caught.value.sqlstate is None
+    assert caught.value.message == f'runAt: must be between the years 1 and 9999, got "{at.isoformat()}"'
+    conn.execute("SELECT 1")  # refused before sending
+
+
+def test_enqueue_many_names_the_smallest_unknown_key(conn):
+    with pytest.raises(ValidationError) as caught:
+        skiplock.enqueue_many(conn, [{"task": "a", "\U0001F600": 1, "\uffff": 2, "zz": 3}], schema=SCHEMA)
+    assert caught.value.field == "jobs[0].zz"
+    with pytest.raises(ValidationError) as caught:
+        skiplock.enqueue_many(conn, [{"task": "a", "\U0001F600": 1, "\uffff": 2}], schema=SCHEMA)
+    assert caught.value.field == "jobs[0].\uffff"
+
+
+def test_a_payload_integer_beyond_a_double_is_refused_by_the_function(conn):
+    with pytest.raises(ValidationError) as caught:
+        enqueue(conn, "py.big", {"n": [1, 10**400]})
+    assert (caught.value.field, caught.value.sqlstate) == ("payload.n[1]", "22023")
+    assert "JavaScript would read Infinity" in caught.value.message
 
 
 def test_dedupe_hits_answer_the_holder(conn):

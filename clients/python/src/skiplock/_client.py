@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import (
     Any,
     Dict,
@@ -211,9 +211,11 @@ def _spec(job: Any, i: int) -> str:
         task, payload = job
         spec: Dict[str, Any] = {"task": task, "payload": payload}
     elif isinstance(job, Mapping):
-        for key in job:
-            if key not in _JOB_KEYS:
-                raise ValidationError(f"{at}.{key}", f"is not a known option (known: {', '.join(_JOB_KEYS)})")
+        # several unknown keys: the smallest by code point (Python compares str so), as every producer
+        unknown = [key for key in job if key not in _JOB_KEYS]
+        if unknown:
+            key = min(unknown, key=str)
+            raise ValidationError(f"{at}.{key}", f"is not a known option (known: {', '.join(_JOB_KEYS)})")
         options = {key: value for key, value in job.items() if key not in ("task", "payload")}
         spec = {"task": job.get("task"), "payload": job.get("payload"), **_options(options, f"{at}.")}
     else:
@@ -248,7 +250,11 @@ def _options(given: Mapping[str, Any], at: str) -> Dict[str, Any]:
 
 
 def _run_at(value: Any, field: str) -> Any:
-    """A datetime as ISO 8601 with its offset; a naive one is refused (its zone is unknown)."""
+    """A datetime as ISO 8601 in UTC; a naive one is refused (its zone is unknown).
+
+    Converted to UTC first: an aware datetime's own offset may be one the ISO form the function
+    takes cannot write — seconds (``+00:19:32``, Amsterdam before 1937 in ``zoneinfo``), or more
+    than 15 hours — and the instant is all that is stored."""
     if not isinstance(value, datetime):
         return value  # the database function says what is wrong with it
     if value.tzinfo is None or value.utcoffset() is None:
@@ -257,7 +263,10 @@ def _run_at(value: Any, field: str) -> Any:
             "must be a timezone-aware datetime (a naive one could mean any time zone): "
             "e.g. datetime.now(timezone.utc) + timedelta(minutes=5)",
         )
-    return value.isoformat()
+    try:
+        return value.astimezone(timezone.utc).isoformat()
+    except OverflowError as error:  # the instant is in the year 0 or 10000 in UTC
+        raise ValidationError(field, f"must be between the years 1 and 9999, got {describe(value.isoformat())}") from error
 
 
 def _quote(schema: str) -> str:
