@@ -29,6 +29,13 @@
  *   library orders keys by code point, jobs without a key first): "dedupe modes mixed" failed
  *   (the rows' ids in another order); its one-INSERT path drawing its ids in reverse: "plain"
  *   failed the same way (claim order among equals would not follow the input).
+ * - issue 25, in one run: the library comparing keys by UTF-16 units, migration 18 without its
+ *   byte bound on dedupeKey and its payload check, HTTP's body checks and the Python client as
+ *   before the review: 7 of the new cases failed — "dedupeKey over 2400 bytes" (SQL and Python
+ *   answered a job where the library refused), the two unknown-option cases and both runAt-order
+ *   cases (HTTP named sequence, runAt before task, or the ISO form instead of "give either"), "a
+ *   payload number beyond a double" (SQL and Python made a job), and "dedupe modes with keys
+ *   beyond U+FFFF" (SQL and Python drew the ids in another order than the library).
  * A check-then-insert in the SQL function is not caught here (one call at a time cannot race):
  * sql-function.test.ts's held-open races catch it.
  * The last test proves the comparison itself can fail: a drifted copy of the SQL function

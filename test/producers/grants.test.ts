@@ -181,11 +181,10 @@ describe('a producer with only USAGE and EXECUTE', () => {
  * Issue 25: the commit trigger of dependencies runs as the schema's owner (SECURITY DEFINER, so a
  * producer's commit can decide its dependents). Attached to another table, it would act with the
  * owner's rights on rows someone else wrote: lock the jobs they name FOR NO KEY UPDATE and
- * rewrite them. Broken on purpose: without migration 18's REVOKE on it, the producer attached it
- * to its own table ("cannot attach…" failed: CREATE TRIGGER succeeded) and its insert rewrote the
- * dependency's row as the owner (a new xmin); without the TG_RELID guard, the owner's own
- * mistake did the same ("…acts only on dependency_checks" failed: the insert succeeded, the
- * job's xmin changed).
+ * rewrite them. Broken on purpose (in one run): without migration 18's REVOKEs, "cannot attach…"
+ * failed — the producer's CREATE TRIGGER succeeded; without the TG_RELID guard, "…acts only on
+ * dependency_checks" failed — the insert into the owner's other table succeeded, running the
+ * trigger on rows of that table.
  */
 describe('the commit trigger of dependencies (migration 15, SECURITY DEFINER)', () => {
   const fake = (name: string) => `
