@@ -11,14 +11,16 @@
  * show the bounds hold ("2400 incompressible bytes goes in", "the largest a double holds") failed,
  * each for its own reason as noted.
  */
-import type pg from 'pg';
-import { beforeAll, describe, expect, test } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { beforeAll, describe, expect, inject, test } from 'vitest';
 import { compareCodePoints } from '../../src/core/key-order.js';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { ValidationError } from '../../src/errors.js';
-import type { Queue } from '../../src/queue.js';
+import { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
 import { TEST_SCHEMA } from '../support/schema.js';
+import { databaseUrl } from '../support/urls.js';
 
 const db = useTestDatabase();
 const s = quoteIdent(TEST_SCHEMA);
@@ -186,6 +188,62 @@ describe('one key order: code points, in the library and in SQL (COLLATE "C")', 
       }
     }
   }, 30_000);
+});
+
+/**
+ * Broken on purpose: the batch INSERTs ordering by dedupe_key without COLLATE "C" (the library's
+ * in store/enqueue.ts, enqueue_many's in migration 18): the rows went in as the database's ICU
+ * collation sorts (a, A, b, B) — against the job-by-job batches' and the other producers' code
+ * point order, which would let two batches sharing keys take them in opposite orders.
+ */
+describe('batch INSERTs in code point order, whatever the database’s collation', () => {
+  test('in a database whose default collation is ICU en-US, the library and enqueue_many insert A, B, a, b', async () => {
+    const adminUrl = inject('adminUrl');
+    const name = `skiplock_icu_${randomBytes(5).toString('hex')}`;
+    const admin = async (statement: string) => {
+      const client = new pg.Client({ connectionString: adminUrl });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        await client.query(statement);
+      } finally {
+        await client.end();
+      }
+    };
+    await admin(
+      `CREATE DATABASE ${name} TEMPLATE template0 ENCODING 'UTF8' LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C'`,
+    );
+    const url = databaseUrl(adminUrl, name);
+    const icu = new Queue({ connectionString: url, schema: TEST_SCHEMA });
+    const client = new pg.Client({ connectionString: url });
+    client.on('error', () => undefined);
+    try {
+      await icu.migrate();
+      await client.connect();
+      const keys = ['b', 'B', 'a', 'A'];
+      const { rows: order } = await client.query<{ sorted: string[] }>(
+        'SELECT array_agg(k ORDER BY k) AS sorted FROM unnest($1::text[]) AS k',
+        [keys],
+      );
+      expect(order[0]?.sorted).toEqual(['a', 'A', 'b', 'B']); // the database's own order differs
+      await icu.enqueueMany(keys.map((k) => ({ task: 'icu.lib', payload: k, dedupeKey: `lib-${k}` })));
+      await client.query(`SELECT * FROM ${s}.enqueue_many($1::jsonb)`, [
+        JSON.stringify(keys.map((k) => ({ task: 'icu.sql', payload: k, dedupeKey: `sql-${k}` }))),
+      ]);
+      // one INSERT each: the heap order of its rows is the order it inserted them in
+      const { rows } = await client.query<{ task: string; keys: string[] }>(
+        `SELECT task, array_agg(payload #>> '{}' ORDER BY ctid) AS keys FROM ${s}.jobs GROUP BY task ORDER BY task`,
+      );
+      expect(rows).toEqual([
+        { task: 'icu.lib', keys: ['A', 'B', 'a', 'b'] },
+        { task: 'icu.sql', keys: ['A', 'B', 'a', 'b'] },
+      ]);
+    } finally {
+      await client.end().catch(() => undefined);
+      await icu.close();
+      await admin(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    }
+  }, 60_000);
 });
 
 /**
