@@ -490,7 +490,7 @@ describe('a very long name is refused by its size, before any work', () => {
       const ms = performance.now() - started;
       expect([error.code, error.column]).toEqual(['22023', field]);
       expect(error.message).toBe(`${field}: must be at most 1000 characters, got a string of 16777216 bytes`);
-      expect(ms, `${field}: ${ms} ms`).toBeLessThan(5_000); // generous: sending 16 MB is most of it
+      expect(ms, `${field}: ${ms} ms`).toBeLessThan(8_000); // generous: sending 16 MB is most of it (about 1 s)
     }
   }, 60_000);
 });
