@@ -13,7 +13,7 @@
  * Deliberate breaks seen failing (each undone after):
  * - `enqueue` and `enqueue_many` without SECURITY DEFINER: the three enqueue tests failed with
  *   "permission denied for function producer_spec" (42501: the helpers run as the caller, who may
- *   not call them, let alone write the table);
+ *   not call them, let alone write the table; producer_spec is producer_check since migration 18);
  * - without migration 17's `ALTER FUNCTION … dependencies_committed() SECURITY DEFINER`: the
  *   dependsOn test failed at COMMIT with "permission denied for table jobs" — the deferred
  *   trigger fires after the definer function returned, as the producer;
