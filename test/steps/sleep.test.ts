@@ -33,6 +33,7 @@ test('1,000 jobs sleeping 2 s take no slot, resume within the wake-up bound, att
   const worker = db.worker({
     queue,
     concurrency: 10,
+    prefetch: 0, // running in the database = in a slot
     pollIntervalMs: 60_000, // the wake-up timer, not the poll, must bring them back
     tasks: {
       'sleep.nap': async (_p: unknown, ctx: JobContext) => {
