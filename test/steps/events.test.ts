@@ -7,14 +7,15 @@
  * worker; flows: a job waiting for an event is not done, so its dependents wait.
  *
  * Deliberate breaks seen failing (then restored):
- * - `emit_event` (migration 21) waking the waiters in the same statement as the set (one
- *   snapshot, taken before its row lock was granted): "waiter registered first, held open" failed
- *   — the job stayed waiting after the emit returned true (the EvalPlanQual/snapshot trap).
- * - `step_wait` reading the event without FOR SHARE: "emitter first, held open" failed — the
- *   waiter did not wait for the emit's commit, suspended on an event that was being set, and
- *   stayed waiting forever.
- * - `emit_event`'s ON CONFLICT without `WHERE e.set_at IS NULL`: "twice" failed (the second emit
- *   returned true and replaced the payload).
+ * - `emit_event` (migration 21) setting the event and waking the waiters in one statement (two
+ *   CTEs: one snapshot, taken before its row lock was granted): "waiter registered first and held
+ *   open" failed (the job stayed waiting after the emit returned true — the EvalPlanQual/snapshot
+ *   trap), and so did the 500 raced rounds (6 jobs left waiting).
+ * - `step_wait` reading the event without FOR SHARE *and* without its preceding
+ *   `INSERT … ON CONFLICT DO NOTHING`: "emitter first and held open" failed (the waiter never
+ *   waited for the emit, and suspended on an event being set). Without FOR SHARE alone it still
+ *   passed: the insert's unique check also waits for the emit's uncommitted version of the row —
+ *   each of the two makes the waiter wait; both are kept.
  */
 import pg from 'pg';
 import { afterAll, expect, test } from 'vitest';
@@ -173,6 +174,10 @@ test('no lost wake-up, emitter first and held open: the waiter waits for its com
   const queue = db.queue();
   const { id } = await queue.enqueue('ev.held', {});
   const [lease] = await queue.claim('held-waiter-2', { leaseMs: 60_000 });
+  // the event's row exists, not set (as when another job waits for it already): the emit then
+  // holds a row lock on it, which only FOR SHARE waits for (an insert of the name waits only for
+  // an uncommitted insert)
+  await db.sql(`INSERT INTO ${S}.events (name) VALUES ('held-2')`);
   const tx = await client();
   await tx.query('BEGIN');
   expect(await queue.emitEvent('held-2', { first: true }, { client: tx })).toBe(true);

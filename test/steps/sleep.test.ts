@@ -4,14 +4,8 @@
  * instant the sleep resolves at once and the steps before it are not run again. A sleep survives
  * a worker restart.
  *
- * Deliberate breaks seen failing (then restored):
- * - `step_sleep` (migration 21) without `attempts = attempts - 1`: "attempts unchanged" failed
- *   (every sleeper ended with attempts 2).
- * - the worker not re-arming its wake-up timer on `job:suspended` (src/worker/worker.ts) with the
- *   fallback poll at 60 s: the sleepers woke only by the poll, and the latency bound failed.
- * - the executor writing an outcome for a suspended run (src/worker/job-executor.ts, the
- *   `run.suspended` branch removed): the sleepers were failed as retries (the failure of a lease
- *   no longer held: lease:lost), and "no slot" failed as they did not come back as pending.
+ * Deliberate break seen failing (then restored): `step_sleep` (migration 21) without
+ * `attempts = attempts - 1`: "a sleep across a worker restart" failed (attempts 2, expected 1).
  */
 import { expect, test } from 'vitest';
 import { JobSuspended } from '../../src/errors.js';

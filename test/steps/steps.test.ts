@@ -7,14 +7,13 @@
  * job (prune, retention 'delete') and `requeue(id, { resetSteps: true })` clears them.
  *
  * Deliberate breaks seen failing (then restored):
- * - the checkpoint statement (src/store/steps.ts `write`) without `j.claims = l.token` in its
- *   lock: "a stale attempt's write is fenced by the claim token" failed (the stale lease wrote
- *   step "late", and the worker-level test saw the stale handler's value stored).
- * - `ON CONFLICT (job_id, name) DO NOTHING` turned into `DO UPDATE SET value = excluded.value`:
- *   "cannot overwrite" failed (the stale value replaced the stored one) — with the fence also
- *   removed, as above.
- * - the worker answering a stored step by running `fn` anyway (storedStep ignored in
- *   src/worker/steps.ts): "replays stored values" failed (fn counts 2 instead of 1).
+ * - the checkpoint statement (src/store/steps.ts `stepWrite`) without `j.claims = l.token` in its
+ *   lock: "a stale attempt's write is fenced by the claim token" failed (expected true to be
+ *   false: the lease given back by release() and claimed again with the same worker id and
+ *   attempt number wrote a step).
+ * - src/worker/steps.ts ignoring the loaded steps (fn always run): "replays stored values"
+ *   failed — the job ended dead: the second run's checkpoint of "a" met the stored row (ON
+ *   CONFLICT DO NOTHING), was answered as not written, and every retry failed with LeaseLostError.
  */
 import { expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
