@@ -10,7 +10,7 @@
  * - W-sleep: 1,000 jobs that sleep 100 ms: enqueue → resume latency and lateness after the
  *   stored instant, p50/p99.
  *
- *   DATABASE_URL=postgres://… npx tsx bench/steps.ts [--jobs 5000] [--steps 10] [--reps 3]
+ *   DATABASE_URL=postgres://… npx tsx bench/steps.ts [--jobs 5000] [--steps 10] [--reps 3] [--concurrency 100]
  *
  * Each phase runs on a fresh schema. The machine's load average is printed with the figures.
  */
@@ -29,7 +29,7 @@ const JOBS = Number(args.get('jobs') ?? 5_000);
 const STEPS = Number(args.get('steps') ?? 10);
 const REPS = Number(args.get('reps') ?? 3);
 const SCHEMA = 'bench_steps';
-const WORKER = { concurrency: 100, prefetch: 1_000 };
+const WORKER = { concurrency: Number(args.get('concurrency') ?? 100), prefetch: 1_000 };
 
 async function fresh(): Promise<Queue> {
   const admin = new pg.Client({ connectionString: URL });
