@@ -223,6 +223,9 @@ test('through a worker: a handler whose lease was taken while it was paused gets
     queue,
     // a long lease: the heartbeat does not notice the theft before the handler writes
     leaseMs: 120_000,
+    // its one slot busy with the paused handler: the reaped job is the thief's to claim
+    concurrency: 1,
+    prefetch: 0,
     tasks: {
       'steps.paused': async (_p: unknown, ctx: JobContext) => {
         await ctx.step('before', () => 'first');
