@@ -63,6 +63,7 @@ export class JobSteps {
     fn: (client: pg.PoolClient) => Promise<T> | T,
     options?: StepOptions,
   ): Promise<T> {
+    this.assertNoTransaction('ctx.step');
     this.claimName(name, 'step name');
     if (typeof fn !== 'function') throw new ValidationError('fn', 'must be a function');
     const found = await this.storedStep(name, 'step');
@@ -77,6 +78,7 @@ export class JobSteps {
   }
 
   async sleep(name: string, duration: number | { until: Date }): Promise<void> {
+    this.assertNoTransaction('ctx.sleep');
     this.claimName(name, 'step name');
     let until: Date | null = null;
     let ms: number | null = null;
@@ -115,6 +117,7 @@ export class JobSteps {
     eventName: string,
     options?: { timeoutMs?: number },
   ): Promise<{ payload: unknown } | null> {
+    this.assertNoTransaction('ctx.waitForEvent');
     this.claimName(name, 'step name');
     checkName(eventName, 'eventName');
     const timeoutMs = options?.timeoutMs ?? null;
@@ -152,6 +155,19 @@ export class JobSteps {
       this.run.suspended = { kind: 'cancelled', until: null, event: null };
       throw this.run.signal.aborted ? this.run.signal.reason : new JobSuspended(job.id, kind, null, null);
     }
+  }
+
+  /**
+   * A step, sleep or wait writes on a pool connection under the job's row lock: inside the job's
+   * own open transaction (ctx.transaction, or a `{ transaction: true }` step's fn) that lock is
+   * held by the handler itself, and the write would wait for it forever.
+   */
+  private assertNoTransaction(field: string): void {
+    if (this.run.transaction !== 'none')
+      throw new ValidationError(
+        field,
+        'ctx.step cannot run inside ctx.transaction or a transactional step: the job\'s row is locked by that transaction; call it before or after',
+      );
   }
 
   /** Marks `name` used by this run; a repeat is a ValidationError (put a loop's index in the name). */
