@@ -22,7 +22,8 @@ export type SkiplockErrorCode =
   | 'ERR_WORKER_STOPPING'
   | 'ERR_EMBEDDED_POSTGRES'
   | 'ERR_PERMANENT'
-  | 'ERR_WAIT_TIMEOUT';
+  | 'ERR_WAIT_TIMEOUT'
+  | 'ERR_JOB_SUSPENDED';
 
 /** Base class of every error Skiplock throws on purpose. */
 export class SkiplockError extends Error {
@@ -252,5 +253,38 @@ export class WaitTimeoutError extends SkiplockError {
 export class EmbeddedPostgresError extends SkiplockError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('ERR_EMBEDDED_POSTGRES', message, options);
+  }
+}
+
+/**
+ * How `ctx.sleep` and `ctx.waitForEvent` suspend a job (SPEC §12): the job is already back in
+ * the database — `pending` until `until` (a sleep), or `waiting` for `event` (until it is
+ * emitted, or `until` when the wait has a timeout) — with its lease and slot freed and the
+ * attempt not spent. Let it propagate out of the handler: whatever the handler does after it is
+ * ignored, and the job runs again from the top then (its completed steps return their stored
+ * values at once).
+ */
+export class JobSuspended extends SkiplockError {
+  readonly jobId: string;
+  /** What the job waits for. */
+  readonly kind: 'sleep' | 'event';
+  /** When it runs again (a sleep's instant, an event wait's timeout; null: only the event). */
+  readonly until: Date | null;
+  /** The event waited for (kind 'event'). */
+  readonly event: string | null;
+
+  constructor(jobId: string, kind: 'sleep' | 'event', until: Date | null, event: string | null) {
+    const what =
+      kind === 'sleep'
+        ? `sleeping until ${until?.toISOString()}`
+        : `waiting for event ${JSON.stringify(event)}${until ? ` until ${until.toISOString()}` : ''}`;
+    super(
+      'ERR_JOB_SUSPENDED',
+      `Job ${jobId} is suspended (${what}): let this error propagate out of the handler; the job runs again then, its completed steps answered from their stored values`,
+    );
+    this.jobId = jobId;
+    this.kind = kind;
+    this.until = until;
+    this.event = event;
   }
 }

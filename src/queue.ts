@@ -31,6 +31,7 @@ import * as queues from './engine/queues.js';
 import * as reads from './engine/reads.js';
 import * as schedules from './engine/scheduler.js';
 import type { QueueOptions } from './engine/settings.js';
+import { emitEvent, emitEventArgs, listSteps, resetStepsArg } from './engine/step-admin.js';
 import { isPermanent } from './errors.js';
 import type { MigrateResult } from './migrations/migrate.js';
 import { enqueueArgs, enqueueFlowArgs, enqueueManyArgs } from './task/enqueue-args.js';
@@ -39,6 +40,7 @@ import type {
   CancelOutcome,
   ClaimedJob,
   ClaimOptions,
+  EmitEventOptions,
   EnqueueCallOptions,
   EnqueueOptions,
   EnqueueResult,
@@ -51,6 +53,7 @@ import type {
   JobPage,
   JobSpec,
   JobStatus,
+  JobStep,
   Lease,
   ListOptions,
   LiveStatus,
@@ -60,6 +63,7 @@ import type {
   QueueConfig,
   QueueConfigOptions,
   QueueInfo,
+  RequeueOptions,
   RequeueOutcome,
   Schedule,
   ScheduleOptions,
@@ -312,6 +316,29 @@ export class Queue {
     return (await this.open().waitFor(id, timeoutMs, signal)) as Job & { result: R | null };
   }
 
+  /**
+   * §12 a job's durable steps, in the order they completed (empty for a job without any, or an
+   * unknown id): each step's stored value, each sleep's instant, each event wait's payload.
+   */
+  async steps(id: string): Promise<JobStep[]> {
+    return listSteps(this.open(), requireJobId(id));
+  }
+
+  /**
+   * §12 sets event `eventName` — a latch, set once: the first call stores `payload` (JSON,
+   * §1.11) and returns true, making every job waiting for it pending (with the wake-up hint);
+   * later calls return false and change nothing. A wait that starts after it was set gets it at
+   * once. With `client`, inside your transaction (READ COMMITTED): nothing is set and nobody is
+   * woken unless it commits.
+   *
+   * @example
+   * await queue.emitEvent(`order.paid:${orderId}`, { amount });
+   */
+  async emitEvent(eventName: string, payload?: unknown, options?: EmitEventOptions): Promise<boolean> {
+    const { name, payloadJson } = emitEventArgs(eventName, payload);
+    return emitEvent(this.open(), name, payloadJson, options?.client);
+  }
+
   /** One job, or `null` when no job has this id. A malformed id throws a ValidationError. */
   async get(id: string): Promise<Job | null> {
     return reads.getJob(this.open(), requireJobId(id));
@@ -356,8 +383,8 @@ export class Queue {
    * dead → pending with attempts reset (SPEC §1.8) — or waiting, when a job it depends on is not
    * done (§10). `false` when the job is not dead or unknown.
    */
-  async requeue(id: string): Promise<boolean> {
-    const after = (await this.open().requeue(requireJobId(id)))?.after;
+  async requeue(id: string, options?: RequeueOptions): Promise<boolean> {
+    const after = (await this.open().requeue(requireJobId(id), resetStepsArg(options)))?.after;
     return after !== null && after !== undefined;
   }
 
@@ -367,8 +394,8 @@ export class Queue {
    *   {DedupeConflictError} another job holds its dedupe key (an active one; for a key of scope
    *   'pending', a queued one).
    */
-  async requeueOrThrow(id: string): Promise<RequeueOutcome> {
-    return requeueOrThrow(this.open(), requireJobId(id));
+  async requeueOrThrow(id: string, options?: RequeueOptions): Promise<RequeueOutcome> {
+    return requeueOrThrow(this.open(), requireJobId(id), resetStepsArg(options));
   }
 
   /** Requeues every dead job (of `task`) in short batches; one whose dedupe key is taken is skipped. */

@@ -95,6 +95,45 @@ export interface JobContext<P = unknown> {
    * its own flow, else by job id. Empty for a job without dependencies.
    */
   dependencies(): Promise<Record<string, DependencyState>>;
+  /**
+   * A durable step (SPEC §12): on the first run that reaches it, runs `fn` and checkpoints its
+   * value (JSON, §1.11) under the job's lease, resolving only after that committed; on every
+   * later run of the job (a retry, after a crash, a sleep) it returns the stored value at once
+   * without running `fn`. With `{ transaction: true }` `fn` gets a client inside one transaction
+   * that also records the step, so its database writes happen exactly once. If `fn` throws,
+   * nothing is stored and the error propagates. Names are unique within a run.
+   *
+   * @example
+   * const charge = await ctx.step('charge', () => payments.charge(order));
+   * await ctx.step('ledger', (client) => client.query('INSERT …'), { transaction: true });
+   */
+  step<T>(name: string, fn: () => Promise<T> | T): Promise<T>;
+  step<T>(
+    name: string,
+    fn: (client: import('pg').PoolClient) => Promise<T> | T,
+    options: { transaction: true },
+  ): Promise<T>;
+  step<T>(
+    name: string,
+    fn: (client: import('pg').PoolClient) => Promise<T> | T,
+    options?: { transaction?: boolean },
+  ): Promise<T>;
+  /**
+   * Suspends the job for `ms` (or until `until`), durably: the job goes back to `pending` at
+   * that instant (database time), its lease and slot freed, the attempt not spent; rejects with
+   * `JobSuspended` — let it propagate. On a later run past the instant it resolves at once.
+   */
+  sleep(name: string, duration: number | { until: Date }): Promise<void>;
+  /**
+   * The payload of event `eventName` (`queue.emitEvent`): at once when it is set; else the job
+   * waits (`waiting`, no lease, no slot; rejects with `JobSuspended`) until it is emitted or
+   * `timeoutMs` passes, and the next run gets `{ payload }`, or null after the timeout.
+   */
+  waitForEvent(
+    name: string,
+    eventName: string,
+    options?: { timeoutMs?: number },
+  ): Promise<{ payload: unknown } | null>;
 }
 
 /**

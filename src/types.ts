@@ -289,6 +289,37 @@ export interface RequeueOutcome {
   status: 'pending' | 'waiting';
 }
 
+/**
+ * One durable step of a job (SPEC §12, `queue.steps(id)`): a `step`'s value; a `sleep`'s
+ * `{ until }` (an ISO instant); an `event` wait's `{ payload }`, or null after its timeout —
+ * `pending` while the wait is not answered yet (then `value` is null and `completedAt` when it
+ * began).
+ */
+export interface JobStep {
+  name: string;
+  kind: 'step' | 'sleep' | 'event';
+  value: unknown;
+  completedAt: Date;
+  /** An event wait not answered yet. */
+  pending?: boolean;
+  /** The event waited for (kind 'event'). */
+  event?: string;
+  /** A sleep's instant, or an event wait's timeout. */
+  wakeAt?: Date | null;
+}
+
+/** Options of `requeue`. */
+export interface RequeueOptions {
+  /** §12 delete the job's stored steps: it runs from scratch (default false: completed steps are kept). */
+  resetSteps?: boolean;
+}
+
+/** Options of `emitEvent`. */
+export interface EmitEventOptions {
+  /** Emit inside your open transaction (READ COMMITTED): set, and its waiters woken, iff it commits. */
+  client?: Queryable;
+}
+
 /** Options of `prune`. */
 export interface PruneOptions {
   /** Delete finished jobs last updated at least this long ago. */

@@ -90,12 +90,14 @@ export function apiRoutes(
   // exact up to 10,000), however large the flow.
   api.get('/jobs/:id', async (c) => {
     const id = requireJobId(c.req.param('id'), 'id');
-    const [job, dependencies] = await Promise.all([
+    const [job, dependencies, steps] = await Promise.all([
       reads.get(id),
       reads.dependencySummary(id, { limit: DEPENDENCY_IDS }),
+      // §12 its durable steps, from the primary (what a suspended job waits for is among them)
+      queue.steps(id),
     ]);
     if (!job) throw new NotFoundError(`No job with id ${id}`);
-    return c.json({ ...job, ...dependencies });
+    return c.json({ ...job, ...dependencies, steps });
   });
 
   // SPEC §10 a flow's jobs and edges; no job in it is a 404 (an unknown id, or every job deleted).
@@ -163,6 +165,38 @@ export function apiRoutes(
   api.post('/jobs/:id/cancel', async (c) => {
     const { id, wasRunning } = await queue.cancelOrThrow(requireJobId(c.req.param('id'), 'id'));
     return c.json({ id, cancelled: true, wasRunning });
+  });
+
+  // SPEC §12 emits event :name (a change: the token rules of §5). The body, when there is one,
+  // is JSON `{ "payload": … }` (a missing payload is null). `set` false: it was already set
+  // (a latch: nothing changed).
+  api.post('/events/:name', bodyLimit({ maxSize: enqueueBodyLimit }), async (c) => {
+    const name = c.req.param('name');
+    const text = await c.req.text();
+    let payload: unknown = null;
+    if (text.trim() !== '') {
+      if (!/^application\/json\s*(?:;|$)/i.test(c.req.header('content-type') ?? ''))
+        return c.json(
+          errorBody(
+            'ERR_UNSUPPORTED_MEDIA_TYPE',
+            'Send the event as JSON { "payload": … }, with Content-Type: application/json',
+          ),
+          415,
+        );
+      let body: unknown;
+      try {
+        body = JSON.parse(text);
+      } catch (error) {
+        throw new ValidationError('body', `must be JSON (${(error as Error).message})`);
+      }
+      if (typeof body !== 'object' || body === null || Array.isArray(body))
+        throw new ValidationError('body', 'must be a JSON object { "payload": … }');
+      for (const key of Object.keys(body))
+        if (key !== 'payload') throw new ValidationError(key, 'is not a field of an event (known: payload)');
+      payload = (body as { payload?: unknown }).payload ?? null;
+    }
+    const set = await queue.emitEvent(name, payload);
+    return c.json({ name, set });
   });
 
   // SPEC §8 schedules: the list (names are data: an array, never object keys; a bounded page of

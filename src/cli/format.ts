@@ -3,7 +3,7 @@
  * times, and a progress line for long operations.
  */
 import { formatRelative } from '../core/duration.js';
-import type { Job, JobDependencySummary, JobStatus } from '../types.js';
+import type { Job, JobDependencySummary, JobStatus, JobStep } from '../types.js';
 
 const useColour = (stream: NodeJS.WriteStream) => stream.isTTY === true && !process.env.NO_COLOR;
 
@@ -91,7 +91,12 @@ export function dependencyList(ids: readonly string[], count: number, exact: boo
 }
 
 /** Every field of one job, for `get`; with its dependency summary, what it waits for and what waits for it. */
-export function jobDetail(job: Job, dependencies?: JobDependencySummary, now = new Date()): string {
+export function jobDetail(
+  job: Job,
+  dependencies?: JobDependencySummary,
+  now = new Date(),
+  steps?: readonly JobStep[],
+): string {
   const time = (date: Date | null) => (date ? `${date.toISOString()} (${formatRelative(date, now)})` : '—');
   const fields: [string, string][] = [
     ['id', job.id],
@@ -137,6 +142,7 @@ export function jobDetail(job: Job, dependencies?: JobDependencySummary, now = n
     ['result', job.result === null ? '—' : JSON.stringify(job.result, null, 2)],
     ['progress', job.progress === null || job.progress === undefined ? '—' : JSON.stringify(job.progress)],
     ['last error', job.lastError ?? '—'],
+    ...((steps === undefined ? [] : [['steps', stepList(steps, now)]]) as [string, string][]),
   ];
   const pad = Math.max(...fields.map(([name]) => name.length));
   return fields
@@ -184,4 +190,26 @@ export function progress(label: string, total: number | null) {
       else if (shown !== null && shown !== render(n)) line(render(n));
     },
   };
+}
+
+/** Longest value preview of a step in `get`. */
+const STEP_PREVIEW = 60;
+
+/** §12 a job's steps, one a line: name, kind, when, value preview (or what it waits for). */
+function stepList(steps: readonly JobStep[], now: Date): string {
+  if (steps.length === 0) return '—';
+  return steps
+    .map((step) => {
+      const when = `${step.completedAt.toISOString()} (${formatRelative(step.completedAt, now)})`;
+      if (step.pending) {
+        const until = step.wakeAt ? ` until ${step.wakeAt.toISOString()}` : '';
+        return `${step.name} [event] waiting for ${JSON.stringify(step.event)}${until} since ${when}`;
+      }
+      if (step.kind === 'sleep' && step.wakeAt && step.wakeAt > now)
+        return `${step.name} [sleep] sleeping until ${step.wakeAt.toISOString()}`;
+      const text = JSON.stringify(step.value) ?? 'null';
+      const preview = text.length > STEP_PREVIEW ? `${text.slice(0, STEP_PREVIEW - 1)}…` : text;
+      return `${step.name} [${step.kind}] ${when} ${preview}`;
+    })
+    .join('\n');
 }

@@ -9,6 +9,7 @@ import { SkiplockError } from '../errors.js';
 import { registerCancel } from './cancel.js';
 import { registerDashboard } from './dashboard.js';
 import { registerDev } from './dev.js';
+import { registerEmit } from './emit.js';
 import { registerEnqueue } from './enqueue.js';
 import { registerFlow } from './flow.js';
 import { registerGet } from './get.js';
@@ -65,6 +66,7 @@ Run "skiplock <command> --help" for a command's options and examples.`,
   registerList(program);
   registerRequeue(program);
   registerCancel(program);
+  registerEmit(program);
   registerPrune(program);
   registerSchedules(program);
   registerQueues(program);

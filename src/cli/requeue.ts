@@ -6,6 +6,7 @@ import { progress } from './format.js';
 interface Flags {
   allDead?: boolean;
   task?: string;
+  resetSteps?: boolean;
 }
 
 /** `skiplock requeue ID | --all-dead [--task T]`. */
@@ -16,6 +17,7 @@ export function registerRequeue(program: Command): void {
     .argument('[id]', 'job id')
     .option('--all-dead', 'every dead job (in batches, with progress)')
     .option('--task <task>', 'with --all-dead: only this task')
+    .option('--reset-steps', 'with an id: delete its durable steps too (it runs from scratch)')
     .addHelpText(
       'after',
       `
@@ -27,13 +29,16 @@ Examples:
       if ((id === undefined) === (flags.allDead !== true)) {
         throw new ValidationError('requeue', 'give a job id or --all-dead (not both)');
       }
+      if (flags.resetSteps && id === undefined) {
+        throw new ValidationError('--reset-steps', 'only goes with a job id');
+      }
       if (flags.task !== undefined && !flags.allDead) {
         throw new ValidationError('--task', 'only goes with --all-dead');
       }
       await withQueue(command, async (queue, options) => {
         if (id !== undefined) {
           // One statement on the primary: unknown exits 3, not dead is ERR_CONFLICT (exit 3).
-          await queue.requeueOrThrow(id);
+          await queue.requeueOrThrow(id, { resetSteps: flags.resetSteps === true });
           print(options, { id, requeued: true }, `Requeued job ${id}.`);
           return;
         }

@@ -220,6 +220,11 @@ function report(worker: Worker, verbose: boolean): void {
   worker.on('job:start', ({ job }) => line(`start  ${job.task} #${job.id} attempt ${job.attempt}`));
   worker.on('job:done', ({ job, durationMs }) => line(`done   ${job.task} #${job.id} in ${durationMs} ms`));
   worker.on('job:released', ({ job }) => line(`release ${job.task} #${job.id}`));
+  worker.on('job:suspended', ({ job, kind, until, event }) =>
+    line(
+      `suspend ${job.task} #${job.id}: ${kind === 'sleep' ? 'sleeping' : `waiting for event ${JSON.stringify(event)}`}${until ? ` until ${until.toISOString()}` : ''}`,
+    ),
+  );
 }
 
 /**

@@ -15,8 +15,12 @@ const PRUNE_BATCH = 5_000;
  * dead → pending (or waiting, §10), or why not: NotFoundError (no such job), ConflictError (it is
  * not dead).
  */
-export async function requeueOrThrow(engine: Engine, id: string): Promise<RequeueOutcome> {
-  const transition = await engine.requeue(id);
+export async function requeueOrThrow(
+  engine: Engine,
+  id: string,
+  resetSteps = false,
+): Promise<RequeueOutcome> {
+  const transition = await engine.requeue(id, resetSteps);
   if (transition === null) throw new NotFoundError(`No job with id ${id}`);
   if (transition.after === null) {
     throw new ConflictError(
@@ -116,7 +120,11 @@ export async function prune(
     );
     total += deleted;
     if (deleted > 0) onProgress?.(total);
-    if (lastId === null) return total;
+    if (lastId === null) {
+      // §12 and the events past the cut-off that no waiting job needs
+      await engine.store.steps.pruneEvents(engine.pool, olderThanMs);
+      return total;
+    }
     after = lastId;
   }
 }

@@ -18,6 +18,7 @@ import { Enqueuer } from './enqueuer.js';
 import { Flows } from './flows.js';
 import { LimitedQueues } from './limited-queues.js';
 import type { QueueOptions } from './settings.js';
+import { Steps } from './steps.js';
 import { FinishWaiter } from './waiter.js';
 
 /** The heartbeat's answer per lease: the worker reaches the store only through the engine. */
@@ -29,6 +30,8 @@ export class Engine extends EngineCore {
   readonly flows: Flows;
   /** The limited queues as this process last read them (the worker's limited claims). */
   readonly limits: LimitedQueues;
+  /** §12 durable steps: batched loads and checkpoints, sleeps, event waits. */
+  readonly steps: Steps;
 
   constructor(opts: QueueOptions) {
     super(opts);
@@ -36,6 +39,7 @@ export class Engine extends EngineCore {
     this.enqueuer = new Enqueuer(this, this.flows);
     this.completer = new Completer(this);
     this.limits = new LimitedQueues(this);
+    this.steps = new Steps(this);
   }
 
   // The worker protocol: what a Worker asks of its queue's engine besides the completer.
@@ -101,9 +105,17 @@ export class Engine extends EngineCore {
     return this.store.lease.reap(this.pool);
   }
 
-  /** dead → pending (SPEC §1.8): the transition, or null for an unknown id. */
-  requeue(id: string) {
-    return this.store.admin.requeue(this.pool, id);
+  /**
+   * dead → pending (SPEC §1.8): the transition, or null for an unknown id. §12 `resetSteps`: the
+   * job's stored steps are deleted in the same transaction (it runs from scratch).
+   */
+  requeue(id: string, resetSteps = false) {
+    if (!resetSteps) return this.store.admin.requeue(this.pool, id);
+    return this.transaction(async (db) => {
+      const transition = await this.store.admin.requeue(db, id);
+      if (transition?.after) await this.store.steps.reset(db, id);
+      return transition;
+    });
   }
 
   /** pending → cancelled, or a cancel request for a running job: the transition, or null. */
@@ -148,6 +160,7 @@ export class Engine extends EngineCore {
     await this.waiter?.close(new QueueClosedError());
     await this.enqueuer.idle();
     await this.completer.idle();
+    await this.steps.idle();
     await this.closePools();
   }
 }

@@ -14,6 +14,7 @@
  *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
  *   store.neighbours summary: a job's first dependencies and dependents, counted (neighbours.ts)
  *   store.schedule  upsert, remove, list, pause, resume, lockDue, lastActive, fire, nextDueInMs (schedule.ts)
+ *   store.steps     load, write, sleep, wait, emit, list, reset, wakeTimedOut, pruneEvents  (steps.ts)
  */
 
 import type { Executor } from '../db/executor.js';
@@ -29,6 +30,7 @@ import { OutcomeStatements, outcomeSql } from './outcome.js';
 import { QueueStatements, queueSql } from './queues.js';
 import { Runner } from './runner.js';
 import { ScheduleStatements, scheduleSql } from './schedule.js';
+import { StepStatements, stepSql } from './steps.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
@@ -36,6 +38,16 @@ export { NEIGHBOUR_COUNT_LIMIT } from './neighbours.js';
 export { EXACT_COUNT_LIMIT, LIST_WINDOW, type StatusCounts } from './observe.js';
 export type { QueueRow } from './queues.js';
 export type { ScheduleWrite } from './schedule.js';
+export {
+  NOT_WRITTEN,
+  type SleepState,
+  type StepRow,
+  type StepWrite,
+  type StepWritten,
+  type WaitState,
+  WRITTEN,
+  WRITTEN_RENEWED,
+} from './steps.js';
 
 export class JobStore {
   readonly schema: string;
@@ -51,6 +63,7 @@ export class JobStore {
   readonly queues: QueueStatements;
   readonly flows: FlowStatements;
   readonly neighbours: NeighbourStatements;
+  readonly steps: StepStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -68,6 +81,7 @@ export class JobStore {
     this.queues = new QueueStatements(this.runner, queueSql(s));
     this.flows = new FlowStatements(this.runner, flowSql(s));
     this.neighbours = new NeighbourStatements(this.runner, neighbourSql(s));
+    this.steps = new StepStatements(this.runner, stepSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

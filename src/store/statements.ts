@@ -11,6 +11,7 @@ import { observeSql } from './observe.js';
 import { outcomeSql } from './outcome.js';
 import { queueSql } from './queues.js';
 import { scheduleSql } from './schedule.js';
+import { stepSql } from './steps.js';
 
 export { COMPLETED_DELETED, JOB_COLUMNS } from './fragments.js';
 
@@ -26,5 +27,6 @@ export function buildStatements(s: string) {
     ...scheduleSql(s),
     ...queueSql(s),
     ...neighbourSql(s),
+    ...stepSql(s),
   };
 }

@@ -32,7 +32,9 @@ export type AttemptOutcome =
   /** Stopped past its grace period: nothing written, the job returns when its lease expires. */
   | 'abandoned'
   /** The outcome could not be written (the database away): the reaper recovers the job. */
-  | 'unwritten';
+  | 'unwritten'
+  /** §12 ctx.sleep / ctx.waitForEvent suspended the job: it runs again later (attempt not spent). */
+  | 'suspended';
 
 /**
  * The spans of one process (shared by its Queues and Workers: the API's global provider,
@@ -265,6 +267,17 @@ export class ProcessSpan {
   /** The attempt failed with `error` (thrown by the handler, or its deadline). */
   fail(error: unknown): void {
     guard(this.api, 'recording an attempt error', () => recordError(this.api, this.span, error));
+  }
+
+  /** §12 one event per step answered in this attempt (`replayed`: from its stored value). */
+  step(name: string, kind: 'step' | 'sleep' | 'event', replayed: boolean): void {
+    guard(this.api, 'recording a step', () => {
+      this.span.addEvent('skiplock.step', {
+        'skiplock.step.name': name,
+        'skiplock.step.kind': kind,
+        'skiplock.step.replayed': replayed,
+      });
+    });
   }
 
   end(outcome: AttemptOutcome): void {

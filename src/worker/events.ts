@@ -20,6 +20,17 @@ export interface WorkerEvents {
    * Given back without spending the attempt: claimed while the worker was stopping (never
    * started), or aborted by stop() past its timeout and settled within the grace period.
    */
+  /**
+   * §12 ctx.sleep / ctx.waitForEvent suspended the job: it is `pending` until `until` (a sleep)
+   * or `waiting` for `event` (until it is emitted, or its timeout `until`); attempt not spent.
+   */
+  'job:suspended': {
+    job: ClaimedJob;
+    kind: 'sleep' | 'event';
+    until: Date | null;
+    event: string | null;
+    durationMs: number;
+  };
   'job:released': { job: ClaimedJob };
   /**
    * The handler ignored its aborted signal (deadline, cancel, lost lease, stop) for the whole

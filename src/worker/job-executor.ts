@@ -18,15 +18,17 @@ import type { BatchCallbacks } from '../core/batcher.js';
 import { errorText } from '../core/error-text.js';
 import { toJsonText } from '../core/validate.js';
 import { isConnectionError } from '../db/database-error.js';
-import { isDriverError, type SessionExecutor, withSession } from '../db/executor.js';
+import { withSession } from '../db/executor.js';
 import type { Engine } from '../engine/engine.js';
-import { DatabaseError, isPermanent, LeaseLostError, WorkerStoppingError } from '../errors.js';
+import { DatabaseError, isPermanent, LeaseLostError } from '../errors.js';
 import type { AttemptOutcome, ProcessSpan, Tracing } from '../telemetry/tracing.js';
 import type { BackoffOptions, ClaimedJob } from '../types.js';
 import type { WorkerEvents } from './events.js';
 import type { HandlerOutcome, JobRun } from './job-run.js';
 import type { Handler, JobContext } from './options.js';
 import { ProgressWriter } from './progress.js';
+import { assertOwned, destroySocket, rollBack, statement } from './run-session.js';
+import { JobSteps, type StepHooks, type StepOptions } from './steps.js';
 
 export interface ExecutorDeps {
   /** The queue's engine: every outcome is written by its completer. */
@@ -135,7 +137,13 @@ function handlerOutcome(run: JobRun, outcome: HandlerOutcome): HandlerOutcome {
  * {@link afterHandler}.
  */
 function handlerReturned(run: JobRun, value: unknown, hooks: ExecutorHooks): void {
-  if (run.abortReason !== null || run.progressWriter !== null || run.committed || run.writesClosed) {
+  if (
+    run.abortReason !== null ||
+    run.progressWriter !== null ||
+    run.committed ||
+    run.writesClosed ||
+    run.suspended !== null
+  ) {
     afterHandler(run, handlerOutcome(run, { kind: 'result', value }), hooks);
     return;
   }
@@ -183,7 +191,12 @@ function afterHandler(run: JobRun, outcome: HandlerOutcome, hooks: ExecutorHooks
   const { span } = run;
   try {
     // §9 what the handler threw is the span's exception (past a deadline: the deadline's error)
-    if (outcome.kind === 'error' && !run.startedCancelled && run.abortReason !== 'deadline')
+    if (
+      outcome.kind === 'error' &&
+      !run.startedCancelled &&
+      run.abortReason !== 'deadline' &&
+      run.suspended === null // §12 JobSuspended is no failure
+    )
       span?.fail(outcome.error);
     run.clearTimers();
     run.phase = 'writing';
@@ -260,7 +273,8 @@ async function finishSlowly(
   deps.onSettled();
   // §9 the last progress reported goes in before the outcome (a runaway's never: it may go on)
   if (run.progressWriter !== null) {
-    if (outcome.kind !== 'abandoned' && !run.committed) await run.progressWriter.finish();
+    if (outcome.kind !== 'abandoned' && !run.committed && run.suspended === null)
+      await run.progressWriter.finish();
     else run.progressWriter.close();
   }
   const final = run.committed ? { kind: 'committed' as const, value: run.committed.value } : outcome;
@@ -325,6 +339,25 @@ class RunContext implements JobContext {
     return () => engine.flows.dependencies(run.job.id);
   }
 
+  /** §12 durable steps: made on first use (a job that uses none pays nothing). */
+  get step(): JobContext['step'] {
+    const steps = runSteps(this.#run, this.#deps);
+    const step = (name: string, fn: (client: pg.PoolClient) => unknown, options?: StepOptions) =>
+      steps.step(name, fn, options);
+    return step as JobContext['step'];
+  }
+
+  get sleep(): JobContext['sleep'] {
+    const steps = runSteps(this.#run, this.#deps);
+    return (name: string, duration: number | { until: Date }) => steps.sleep(name, duration);
+  }
+
+  get waitForEvent(): JobContext['waitForEvent'] {
+    const steps = runSteps(this.#run, this.#deps);
+    return (name: string, eventName: string, options?: { timeoutMs?: number }) =>
+      steps.waitForEvent(name, eventName, options);
+  }
+
   get progress(): JobContext['progress'] {
     const run = this.#run;
     const deps = this.#deps;
@@ -338,6 +371,23 @@ class RunContext implements JobContext {
     };
   }
 }
+
+/** §12 each run's steps, made on the handler's first step, sleep or wait (gone with the run). */
+const stepsOfRun = new WeakMap<JobRun, JobSteps>();
+
+function runSteps(run: JobRun, deps: ExecutorDeps): JobSteps {
+  let steps = stepsOfRun.get(run);
+  if (steps === undefined) {
+    steps = new JobSteps(run, deps.engine, STEP_HOOKS);
+    stepsOfRun.set(run, steps);
+  }
+  return steps;
+}
+
+/** §9 each step an event of the attempt's span. */
+const STEP_HOOKS: StepHooks = {
+  onStep: (run, name, kind, replayed) => run.span?.step(name, kind, replayed),
+};
 
 /** The handler's call: its promise (a value or a synchronous throw made one). */
 function callHandler(run: JobRun, handler: Handler, deps: ExecutorDeps): Promise<unknown> {
@@ -372,17 +422,6 @@ function progressWriter(run: JobRun, deps: ExecutorDeps): ProgressWriter {
     writable: () => progressWritable(run),
     onError: (error) => deps.onError(error, `writing the progress of job ${run.job.id}`),
   });
-}
-
-/**
- * Throws unless this run may still write: its signal not aborted (deadline, cancel, lost, stop),
- * its local lease deadline not passed (a paused or cut-off process learns it here, without
- * asking the database), and stop() not resolved.
- */
-function assertOwned(run: JobRun): void {
-  if (run.writesClosed) throw new WorkerStoppingError();
-  if (run.checkLease()) throw new LeaseLostError(run.job.id);
-  if (run.signal.aborted) throw run.signal.reason;
 }
 
 /**
@@ -457,55 +496,6 @@ async function completeInTransaction<T>(
   return value;
 }
 
-/**
- * Rolls ctx.transaction back. While its row was locked the heartbeat could not move
- * lease_until: the lease is renewed now, on this session, before the handler goes on — or found
- * gone (then the run is aborted as lost). A session that cannot even roll back is dead, and the
- * lock with it: the lease is what the database last confirmed (expired at once if that passed).
- */
-async function rollBack(
-  run: JobRun,
-  session: SessionExecutor,
-  store: Engine['store'],
-  markBroken: (error: unknown) => void,
-): Promise<void> {
-  const wasOpen = run.transaction === 'open';
-  run.setTransaction('none');
-  try {
-    await session.query('ROLLBACK');
-  } catch (rollbackError) {
-    markBroken(rollbackError);
-    if (wasOpen) run.revertToConfirmed();
-    return;
-  }
-  if (!wasOpen || run.leaseExpired) return;
-  const sentAt = performance.now();
-  try {
-    if (await store.lease.renewLease(session, run.job, run.leaseMs)) run.armLease(sentAt);
-    else run.expireNow(); // someone else owns the job now
-  } catch (error) {
-    if (isDriverError(error)) markBroken(error);
-    run.revertToConfirmed();
-  }
-}
-
-function destroySocket(session: unknown): void {
-  (session as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
-}
-
-async function statement(
-  session: { query(text: string): Promise<unknown> },
-  text: string,
-  markBroken: (error: unknown) => void,
-): Promise<void> {
-  try {
-    await session.query(text);
-  } catch (error) {
-    if (isDriverError(error)) markBroken(error);
-    throw error;
-  }
-}
-
 /** Writes the attempt's outcome and says how it ended (`skiplock.outcome` of its span). */
 async function writeOutcome(
   run: JobRun,
@@ -519,6 +509,16 @@ async function writeOutcome(
   if (outcome.kind === 'committed') {
     deps.jobDone(job, outcome.value, durationMs);
     return 'done';
+  }
+  // §12 suspended by ctx.sleep / ctx.waitForEvent: the database holds the job already
+  if (run.suspended !== null) {
+    const { kind, until, event } = run.suspended;
+    if (kind === 'cancelled') {
+      deps.emit('job:cancelled', { job, durationMs, reason: 'cancel' });
+      return 'cancelled';
+    }
+    deps.emit('job:suspended', { job, kind, until, event, durationMs });
+    return 'suspended';
   }
   if (run.abortReason === 'lost') return 'lease_lost'; // lease:lost was reported when it was detected
   if (run.abortReason === 'shutdown') {

@@ -342,6 +342,14 @@ export class JobRun {
     this.graceTimer = null;
   }
 
+  /**
+   * §12 the job was suspended by ctx.sleep / ctx.waitForEvent (the database already holds it
+   * pending or waiting, lease cleared; or cancelled, when a cancel was requested meanwhile):
+   * nothing is written for this run any more.
+   */
+  suspended: { kind: 'sleep' | 'event' | 'cancelled'; until: Date | null; event: string | null } | null =
+    null;
+
   /** §9 ctx.progress's writer, made on the handler's first report. */
   progressWriter: ProgressWriter | null = null;
 

@@ -24,6 +24,8 @@ export class LeaseLoss {
 
   /** The renewal came back without this lease: someone else may own the job now. */
   lost(run: JobRun): void {
+    // §12 suspended by ctx.sleep / waitForEvent: the lease was given up on purpose
+    if (run.suspended !== null) return;
     if (run.phase === 'held') {
       this.dropHeld(run, false);
       return;

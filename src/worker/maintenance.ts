@@ -235,7 +235,15 @@ export function workerMaintenance(
   const { onError } = hooks;
   const reaper = new Reaper(
     { intervalMs: reapIntervalMs, onError },
-    { reap: () => engine.reap(), onReaped: hooks.onReaped },
+    {
+      // §12 the same pass wakes the event waits whose timeout passed (with the wake-up hint)
+      reap: async () => {
+        const ids = await engine.reap();
+        await engine.steps.wakeTimedOut();
+        return ids;
+      },
+      onReaped: hooks.onReaped,
+    },
   );
   const scheduler = new Scheduler(
     { onError },

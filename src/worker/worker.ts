@@ -129,6 +129,7 @@ export class Worker extends EventEmitter {
           this.claimLoop.wake();
         // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
         if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
+        if (event === 'job:suspended') this.suspended(payload as WorkerEvents['job:suspended']);
         this.emit(event, payload);
       },
       jobStarted: (job) => {
@@ -376,10 +377,51 @@ export class Worker extends EventEmitter {
     await this.pruner?.stop();
     await this.scheduler.stop();
     await this.keeper.stop();
+    if (this.waitTimer) clearTimeout(this.waitTimer);
+    this.waitTimer = null;
     for (const run of this.dispatcher.runs.values()) run.finish();
     for (const run of this.dispatcher.runaways) run.finish();
     await this.listener?.stop();
     if (this.ownsQueue) await this.queue.close();
+  }
+
+  /** §12 the timeouts of the event waits this worker suspended (epoch ms), earliest armed. */
+  private readonly waitTimeouts: number[] = [];
+  private waitTimer: NodeJS.Timeout | null = null;
+
+  /**
+   * §12 a job of ours was suspended: a sleep wakes this worker's claim loop at its instant (the
+   * wake-up timer of §1.9); an event wait's timeout wakes the timed-out waits then (the reaper's
+   * pass does it too, for waits whose worker went away).
+   */
+  private suspended({ kind, until }: WorkerEvents['job:suspended']): void {
+    if (until === null || this.state !== 'running') return;
+    const ms = Math.max(0, until.getTime() - Date.now());
+    if (kind === 'sleep') {
+      this.claimLoop.wakeIn(ms + 1);
+      return;
+    }
+    this.waitTimeouts.push(until.getTime());
+    this.armWaitTimer();
+  }
+
+  private armWaitTimer(): void {
+    if (this.waitTimeouts.length === 0 || this.state !== 'running') return;
+    const next = Math.min(...this.waitTimeouts);
+    if (this.waitTimer) clearTimeout(this.waitTimer);
+    this.waitTimer = setTimeout(
+      () => {
+        this.waitTimer = null;
+        const now = Date.now();
+        for (let i = this.waitTimeouts.length - 1; i >= 0; i--)
+          if ((this.waitTimeouts[i] as number) <= now) this.waitTimeouts.splice(i, 1);
+        this.engine.steps.wakeTimedOut().then(
+          () => this.armWaitTimer(),
+          (error: unknown) => this.reportError(error, 'waking event waits whose timeout passed'),
+        );
+      },
+      Math.min(Math.max(0, next - Date.now()) + 1, 2_147_483_647),
+    );
   }
 
   private count(event: keyof WorkerEvents): void {

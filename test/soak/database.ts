@@ -14,7 +14,7 @@ import pg from 'pg';
 import { type EmbeddedPostgres, startEmbeddedPostgres } from '../../src/embedded/embedded-postgres.js';
 import { Queue } from '../../src/index.js';
 import { LIMITED, SCHEDULE } from './features.js';
-import { LEDGER_TABLE, REQUEUED_TABLE } from './tasks.js';
+import { LEDGER_TABLE, REQUEUED_TABLE, STEP_LEDGER_TABLE } from './tasks.js';
 import { scheduleOptions } from './workload.js';
 
 export type StopMode = 'fast' | 'immediate';
@@ -94,6 +94,10 @@ export class SoakDatabase {
            at      timestamptz NOT NULL DEFAULT clock_timestamp())`,
       );
       await this.query(`CREATE TABLE IF NOT EXISTS ${REQUEUED_TABLE} (job_id bigint PRIMARY KEY)`);
+      // §12 no unique key: a transactional step written twice must show, not fail
+      await this.query(
+        `CREATE TABLE IF NOT EXISTS ${STEP_LEDGER_TABLE} (job_id bigint NOT NULL, tag text NOT NULL)`,
+      );
       for (const statement of HISTORY_SQL) await this.query(statement);
       const { concurrency, rate, groups } = LIMITED;
       await queue.configureQueue(concurrency.queue, { concurrency: concurrency.concurrency });

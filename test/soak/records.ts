@@ -37,6 +37,8 @@ export interface SoakPayload {
   spawn?: 'client' | 'own';
   /** A cascade root: fails for good (PermanentError) until the producer has marked it for requeue. */
   gate?: boolean;
+  /** §12 a stepped job: a transactional step, a plain step and a short sleep first (step-checks.ts). */
+  steps?: { sleepMs: number };
 }
 
 /** Records written by a worker process (one handler run is one `run` id). */

@@ -23,6 +23,7 @@ import { markdownReport, type RunInfo, textReport } from './report.js';
 import { Rng } from './rng.js';
 import { cleanStaleRuns, createRunDir, removeRunDir } from './run-dir.js';
 import type { ScheduleWindow } from './schedule-checks.js';
+import { STEPPED_SQL, type SteppedRow } from './step-checks.js';
 import { type JobRow, type LedgerRow, verify } from './verify.js';
 import type { WorkerProcessConfig } from './worker-process.js';
 
@@ -239,7 +240,17 @@ export class SoakRun {
     const schedule: ScheduleWindow | null = next[0]
       ? { firstTickMs: this.firstTickMs, nextRunAtMs: next[0].next_ms }
       : null;
-    const verdict = verify({ procs: fleet.procs, faults, jobs, ledger, transitions, edges, schedule });
+    const stepped = await db.query<SteppedRow>(STEPPED_SQL, [], 30_000);
+    const verdict = verify({
+      procs: fleet.procs,
+      faults,
+      jobs,
+      ledger,
+      transitions,
+      edges,
+      schedule,
+      stepped,
+    });
     const { opts } = this;
     const info: RunInfo = {
       ...run,

@@ -20,6 +20,8 @@ import { followPayload, TASK } from './workload.js';
 export const LEDGER_TABLE = 'soak.ledger';
 /** Cascade roots the producer has decided to requeue: a root's handler succeeds once its id is here. */
 export const REQUEUED_TABLE = 'soak.requeued';
+/** §12 what the transactional step of a stepped job writes (step-checks.ts counts its rows). */
+export const STEP_LEDGER_TABLE = 'soak.step_ledger';
 
 /** Gives each handler run an id and writes its records. */
 export class RunRecorder {
@@ -137,7 +139,8 @@ export function soakTasks(recorder: RunRecorder, spawnQueue: Queue): TaskMap {
         if (ctx.job.attempt <= payload.failAttempts) {
           throw new Error(`soak: planned failure of attempt ${ctx.job.attempt} [run ${run.id}]`);
         }
-        const result = { run: run.id };
+        const result: { run: string; steps?: string[] } = { run: run.id };
+        if (payload.steps) result.steps = await steppedWork(ctx, run, payload.steps.sleepMs);
         if (payload.finish === 'tx') {
           await ctx.transaction(async (client) => {
             if (payload.gate && !(await gateOpen(client, ctx.job.id))) {
@@ -189,6 +192,25 @@ async function spawnFollowUp(
   } catch (error) {
     run.spawned(via, { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
   }
+}
+
+/**
+ * §12 a stepped job's steps: a transactional one (a row in the step ledger, committed with its
+ * checkpoint), a plain one, then a sleep (the first run suspends: JobSuspended propagates).
+ */
+async function steppedWork(ctx: JobContext<SoakPayload>, run: Run, sleepMs: number): Promise<string[]> {
+  const s1 = await ctx.step(
+    's1',
+    async (client) => {
+      const tag = `${run.id}:s1`;
+      await client.query(`INSERT INTO ${STEP_LEDGER_TABLE} (job_id, tag) VALUES ($1, $2)`, [ctx.job.id, tag]);
+      return tag;
+    },
+    { transaction: true },
+  );
+  const s2 = await ctx.step('s2', () => `${run.id}:s2`);
+  await ctx.sleep('nap', sleepMs);
+  return [s1, s2];
 }
 
 async function gateOpen(client: pg.PoolClient, job: string): Promise<boolean> {

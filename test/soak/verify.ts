@@ -19,6 +19,7 @@ import { type ProducerRecord, readRecords } from './records.js';
 import { type CrashGroup, crashGroups, type RecoveryRow, recoveryRows } from './recovery.js';
 import { loadRuns, type RunInfo, runsByJob } from './runs.js';
 import { type ScheduleVerdict, type ScheduleWindow, scheduleChecks } from './schedule-checks.js';
+import { type SteppedRow, stepChecks, stepFigures } from './step-checks.js';
 import { type WaitVerdict, waitChecks } from './wait-checks.js';
 
 /** A row of the jobs table (or of a job prune deleted), as the verifier reads it. */
@@ -88,6 +89,8 @@ export interface VerifyInput {
   edges?: Edge[];
   /** The schedule's ticks that passed during the run; null when it was not set up. */
   schedule?: ScheduleWindow | null;
+  /** §12 the stepped jobs, their stored steps and step-ledger rows. */
+  stepped?: SteppedRow[];
 }
 
 /** What the database and the records say, indexed for the checks. */
@@ -121,6 +124,7 @@ export function verify(input: VerifyInput): Verdict {
   const limits = limitChecks(input.jobs, history, ev.byJob);
   const dedupe = dedupeChecks(input.jobs, history, ev.byJob, producerRecords);
   const waits = waitChecks(producerRecords, ev.jobsById, history);
+  const steps = stepChecks(input.stepped ?? []);
   const overlaps = overlapChecks(ev);
   const duplicates = duplicateCompletions(ev);
   const mismatches = ledgerMismatches(ev);
@@ -171,6 +175,7 @@ export function verify(input: VerifyInput): Verdict {
     ...limitFigures(limits),
     ...dedupeFigures(dedupe),
     ...waitFigures(waits),
+    ...stepFigures(steps),
   ];
   const findings: Finding[] = [
     ...lost,
@@ -188,6 +193,8 @@ export function verify(input: VerifyInput): Verdict {
     ...dedupe.throttle,
     ...dedupe.debounce,
     ...waits.wrong,
+    ...steps.twice,
+    ...steps.mismatched,
     ...overlaps.unexplained,
     ...overlaps.stale,
     ...duplicates,

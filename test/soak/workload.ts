@@ -13,6 +13,7 @@
  * | stubborn-effect | same, ending in a side effect                                   | side effects after a pause        |
  * | runaway         | ignores its 700 ms deadline for ~7 s (past the 5 s abort grace) | runaway handling                 |
  * | plain           | works, returns                                                 | throughput                        |
+ * | stepped         | a transactional step, a plain step, a 100–600 ms ctx.sleep, then as tx | durable steps (SPEC §12)   |
  *
  * Some jobs are delayed, some carry a dedupe key from a small set (so some enqueues are dedupe
  * hits), a few get another priority, and about a third go to the queues with limits (features.ts):
@@ -50,6 +51,7 @@ const KINDS = [
   ['stubborn-effect', 7],
   ['runaway', 2],
   ['plain', 10],
+  ['stepped', 6],
 ] as const;
 
 type Kind = (typeof KINDS)[number][0];
@@ -122,6 +124,11 @@ function payloadOf(rng: Rng, kind: Kind, ref: string): { payload: SoakPayload; o
     case 'plain':
       return {
         payload: { ...base, firstMs: short, ms: short, finish: 'return' },
+        options: { maxAttempts: 8 },
+      };
+    case 'stepped':
+      return {
+        payload: { ...base, firstMs: short, ms: short, steps: { sleepMs: rng.int(100, 600) } },
         options: { maxAttempts: 8 },
       };
   }

@@ -483,11 +483,54 @@ function renderDetail(job) {
       'detail-progress',
     ),
     ...block('Last error', job.lastError ?? '—', 'detail-error'),
+    el('h3', {}, 'Steps'),
+    stepTable(job.steps ?? []),
   );
   $('detail').dataset.status = job.status;
   state.openDependents = job.dependentsCount ?? job.dependents?.length ?? 0;
   $('action-requeue').hidden = job.status !== 'dead';
   $('action-cancel').hidden = !['waiting', 'pending', 'running'].includes(job.status);
+}
+
+/** Longest value preview of a step in the job dialog. */
+const STEP_PREVIEW = 80;
+
+/**
+ * SPEC §12 the job's durable steps: name, kind, when, a preview of the value — and, for a
+ * suspended job, what it waits for (an event, until its timeout; a sleep's instant).
+ */
+function stepTable(steps) {
+  if (steps.length === 0) return el('p', { 'data-testid': 'detail-steps' }, '—');
+  const now = Date.now();
+  const rows = steps.map((step) => {
+    let value;
+    if (step.pending) {
+      value = `waiting for event ${JSON.stringify(step.event)}${step.wakeAt ? ` until ${new Date(step.wakeAt).toLocaleString()}` : ''}`;
+    } else if (step.kind === 'sleep' && step.wakeAt && Date.parse(step.wakeAt) > now) {
+      value = `sleeping until ${new Date(step.wakeAt).toLocaleString()}`;
+    } else {
+      const text = JSON.stringify(step.value) ?? 'null';
+      value = text.length > STEP_PREVIEW ? `${text.slice(0, STEP_PREVIEW - 1)}…` : text;
+    }
+    return el(
+      'tr',
+      { 'data-step': step.name },
+      el('td', {}, step.name),
+      el('td', {}, step.kind),
+      el('td', {}, `${new Date(step.completedAt).toLocaleString()} (${relative(step.completedAt)})`),
+      el('td', {}, el('code', {}, value)),
+    );
+  });
+  return el(
+    'table',
+    { class: 'steps', 'data-testid': 'detail-steps' },
+    el(
+      'thead',
+      {},
+      el('tr', {}, el('th', {}, 'name'), el('th', {}, 'kind'), el('th', {}, 'when'), el('th', {}, 'value')),
+    ),
+    el('tbody', {}, ...rows),
+  );
 }
 
 /** SPEC §10 the job's flow, as a link to the flow page ("merge in 0b6a…"), or a dash. */
