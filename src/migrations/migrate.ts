@@ -18,6 +18,7 @@ import { workflows } from './014-workflows.js';
 import { dependencyCommit } from './015-dependency-commit.js';
 import { cachedPicks } from './016-cached-picks.js';
 import { producers } from './017-producers.js';
+import { sequences } from './019-sequences.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -39,6 +40,7 @@ export const MIGRATIONS: readonly Migration[] = [
   dependencyCommit,
   cachedPicks,
   producers,
+  sequences,
 ];
 
 /** The schema version this package needs. */
