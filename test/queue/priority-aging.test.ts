@@ -6,10 +6,12 @@
  * configureQueue/queues() and `null` turns it off (the queue is claimed as before).
  *
  * Deliberate breaks seen failing (in this tree, restored):
- *  - pick_aged ordering by the raw priority (`ORDER BY x.eff` → the job's priority): the
- *    priority-1000 job did not start within the bound (the stream starved it).
- *  - the limited claim calling pick_queue for aging queues too (its `aging_every_ms IS NULL`
- *    switch removed): starved likewise.
+ *  - pick_aged without aging (`l.priority - 0 * floor(…)`: the raw priority): the priority-1000
+ *    job did not start within 5 s (the stream starved it).
+ *  - the limited claim calling pick_queue for aging queues too (its switch on aging_every_ms
+ *    removed): starved likewise.
+ * Not a break: leaving aging queues out of the plain picks' restricted list alone changed
+ * nothing here (the limited claim serves them first, with the idle slots).
  */
 import { describe, expect, test } from 'vitest';
 import { ValidationError } from '../../src/errors.js';

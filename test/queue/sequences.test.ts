@@ -8,15 +8,25 @@
  * statement tries; the options are checked. The race of processes is
  * test/queue/sequences-race.test.ts.
  *
- * Deliberate breaks seen failing (in this tree, restored):
- *  - the trigger sequence_left dropped: after the first job of a key the others stayed waiting
- *    (every test that runs more than one job of a key timed out).
- *  - sequence_advance without its late-commit branch (a head that never started is not put back):
- *    "a late commit before the later job started" claimed B first.
- *  - SEQUENCE_HELD without 'dead' (the trigger advanced past a dead head): B ran while A was dead.
- *  - the claims' pass try-locking nothing (every key skipped): no job of a new key was claimed.
+ * Deliberate breaks seen failing (in this tree, each restored after its run):
+ *  - sequence_advance promoting without looking for a head (`IF head.id IS NOT NULL` → `IF
+ *    false`) and jobs_sequence_head_idx made non-unique: "a job whose transaction commits after
+ *    a later one started" ran L1 beside L2 (['L2', 'L1'] while L2 was held).
+ *  - sequence_advance without its late-commit branch: "… goes first (id order)" claimed E2.
+ *  - SEQUENCE_HELD without 'dead' (a dead head no longer holds its key): B and C ran while A was
+ *    dead (['A', 'B', 'C']).
+ *  - the trigger sequence_left never firing (`WHEN (false AND …)`): after each key's first job
+ *    the rest stayed waiting ("three keys" timed out).
+ *  - sequence_pass skipping every key (`IF true THEN` for its try-lock): no job of a new key was
+ *    ever claimed ("separate calls" timed out).
+ *  - sequence_advance looking once (`FOR round IN 1..1`): C stayed waiting after B was cancelled
+ *    while the advance waited for B's row.
+ *  - sequence_left only trying the key's lock (returning when it is taken): B stayed waiting
+ *    after the holder committed ("the head completes while another session holds its key").
+ *  - GET /api/sequences reading `blocked` backwards: ?blocked=true listed the live key.
  */
 import { describe, expect, test } from 'vitest';
+import { startAdminServer } from '../../src/admin/server.js';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { ValidationError } from '../../src/errors.js';
 import type { Queue } from '../../src/queue.js';
@@ -402,5 +412,55 @@ describe('held transactions (docs/state-machine.md, reads beyond the locked row)
     // … the advance finds B cancelled once it has the row, and takes C
     expect(await completion).toBe(true);
     expect([await statusOf(queue, b.id), await statusOf(queue, c.id)]).toEqual(['cancelled', 'pending']);
+  });
+});
+
+describe('the admin API', () => {
+  // Deliberate break seen failing: api.ts passing `blocked: query.blocked === 'false'` (the
+  // route listed every key under ?blocked=true).
+  test('GET /api/sequences lists keys with their heads; ?blocked=true only dead heads; bad input is a 400', async () => {
+    const queue = db.queue();
+    const dead = await queue.enqueue('seq.api', 'D', { sequence: 'api-dead' });
+    await queue.enqueue('seq.api', 'D2', { sequence: 'api-dead' });
+    const live = await queue.enqueue('seq.api', 'L', { sequence: 'api-live' });
+    await db.sql(`UPDATE ${db.jobs} SET status = 'dead' WHERE id = $1`, [dead.id]);
+    const server = await startAdminServer({ queue, port: 0, token: null, sampleIntervalMs: 60_000 });
+    try {
+      const get = async (path: string) => {
+        const response = await fetch(new URL(path, server.url));
+        return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+      };
+      const blocked = await get('/api/sequences?blocked=true');
+      expect(blocked).toEqual({
+        status: 200,
+        body: {
+          sequences: [{ key: 'api-dead', headId: dead.id, headStatus: 'dead', queued: 1 }],
+          next: null,
+        },
+      });
+      const page = await get('/api/sequences?after=api-dead&limit=1');
+      expect(page.body).toEqual({
+        sequences: [
+          {
+            key: 'api-live',
+            headId: live.id,
+            headStatus: expect.stringMatching(/waiting|pending/),
+            queued: 0,
+          },
+        ],
+        next: 'api-live',
+      });
+      for (const [path, field] of [
+        ['/api/sequences?limit=0', 'limit'],
+        ['/api/sequences?blocked=yes', 'blocked'],
+        ['/api/sequences?key=x', 'key'],
+      ] as const) {
+        const reply = await get(path);
+        expect(reply.status, path).toBe(400);
+        expect((reply.body.error as { field?: string }).field, path).toBe(field);
+      }
+    } finally {
+      await server.close();
+    }
   });
 });
