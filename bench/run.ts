@@ -33,7 +33,7 @@ import {
 import type { StatementRow } from './lib/statements.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
 import { w4Sql } from './lib/w4-sql.js';
-import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9 } from './lib/workloads.js';
+import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9, wSeq } from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
 import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
@@ -55,6 +55,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W7: w7,
   W8: w8,
   W9: w9,
+  'W-seq': wSeq,
   'W-flow-fanout': wFlowFanout,
   'W-flow-chain': wFlowChain,
   'W-flow-insert': wFlowInsert,
@@ -93,6 +94,8 @@ function headline(workload: WorkloadName, m: Metrics): string {
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s through the SQL function (alone: ${fmt(m.soloCallUs ?? Number.NaN)} µs a call)${m.libManyJobsPerSec === undefined ? '' : `; batches: library enqueueMany ${fmt(m.libManyJobsPerSec)} jobs/s, Python enqueue_many ${m.pyManyJobsPerSec === undefined ? 'not run (no venv)' : `${fmt(m.pyManyJobsPerSec)} jobs/s (${fmt(m.pyVsLib ?? Number.NaN)}×)`}`}`;
     case 'W9':
       return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofBound ?? Number.NaN) * 100)} % of what one running job per group allows)`;
+    case 'W-seq':
+      return `${fmt(m.jobsPerSec ?? Number.NaN)} jobs/s with per-key FIFO; without keys ${fmt(m.plainJobsPerSec ?? Number.NaN)} jobs/s (${fmt((m.ofPlain ?? Number.NaN) * 100)} %)`;
     case 'W-flow-fanout':
       return `insert ${fmt(m.insertNodesPerSec ?? Number.NaN)} nodes/s (${fmt(m.insertMs ?? Number.NaN)} ms)${m.rootToChildMs === undefined ? '' : `, root done → first child ${fmt(m.rootToChildMs)} ms${m.rootCommitMs === undefined ? '' : ` (root's completion committed after ${fmt(m.rootCommitMs)} ms)`}`}, children drained at ${fmt(m.drainJobsPerSec ?? Number.NaN)} jobs/s, last child committed → fan-in started ${fmt(m.faninFromCommitMs ?? Number.NaN)} ms (from its handler's end ${fmt(m.faninFromHandlerEndMs ?? Number.NaN)} ms)`;
     case 'W-flow-chain':
@@ -144,6 +147,7 @@ async function runWorkloads(
         if (workload === 'W2d' && driver.deletesCompleted === 'no') continue; // keeps every job
         if (workload === 'W8' && !driver.limitConcurrency) continue; // no global concurrency limit
         if (workload === 'W9' && !driver.limitGroups) continue; // no group keys
+        if (workload === 'W-seq' && !driver.strictFifo) continue; // no per-key FIFO
         if (workload === 'W4-sql' && !driver.sqlEnqueue) continue; // no SQL enqueue function
         if (workload.startsWith('W-flow') && !driver.flowProducer) continue; // no job dependencies
         const cell = byName[driver.name] ?? { values: {}, failed: null };

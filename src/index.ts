@@ -73,6 +73,7 @@ export {
   type LiveStatus,
   type Logger,
   type OpsSnapshot,
+  type PriorityAging,
   type PruneOptions,
   type Queryable,
   type QueueConfig,
@@ -82,6 +83,8 @@ export {
   type RequeueOutcome,
   type Schedule,
   type ScheduleOptions,
+  type SequenceInfo,
+  type SequencesOptions,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
 export type { TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';

@@ -12,6 +12,7 @@ import {
   renewLeaseMs,
   retryInMsArg,
   schedulePageArgs,
+  sequencesArgs,
   taskFilterArg,
   throughputArgs,
   waitForArgs,
@@ -67,6 +68,8 @@ import type {
   RequeueOutcome,
   Schedule,
   ScheduleOptions,
+  SequenceInfo,
+  SequencesOptions,
 } from './types.js';
 
 export { MAX_CLAIM_LIMIT } from './core/queue-args.js';
@@ -418,7 +421,10 @@ export class Queue {
     return reads.throughput(this.open(), throughputArgs(options));
   }
 
-  /** pending → cancelled; running → its worker aborts it. `false` when finished or unknown. */
+  /**
+   * pending → cancelled; running → its worker aborts it; the dead head of a sequence → cancelled
+   * (SPEC §11: its key moves on). `false` when finished or unknown.
+   */
   async cancel(id: string): Promise<boolean> {
     return (await this.open().cancel(requireJobId(id)))?.after != null;
   }
@@ -492,6 +498,19 @@ export class Queue {
   /** Every configured queue and every queue with live jobs: settings and live counts. */
   async queues(): Promise<QueueInfo[]> {
     return queues.listQueues(this.open());
+  }
+
+  /**
+   * Sequence keys with unfinished jobs (SPEC §11), in key order: each key's head (the job that
+   * holds it — pending, running, waiting for its retry, or dead — else its next job) and how
+   * many jobs wait behind it. `blocked: true` lists only keys whose head is dead (they run again
+   * once it is requeued or cancelled); `after` and `limit` page through them.
+   *
+   * @example
+   * for (const s of await queue.sequences({ blocked: true })) await queue.requeue(s.headId);
+   */
+  async sequences(options?: SequencesOptions): Promise<SequenceInfo[]> {
+    return reads.sequences(this.open(), sequencesArgs(options));
   }
 
   /**

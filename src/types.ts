@@ -5,8 +5,8 @@
 
 /**
  * Where a job is in its life. `pending` and `running` are active; `waiting` is a job whose
- * dependencies are not all done yet (SPEC §10: not claimable, not backlog); the others are
- * finished.
+ * dependencies are not all done yet (SPEC §10), or one queued behind its sequence's head
+ * (SPEC §11): not claimable, not backlog; the others are finished.
  */
 export type JobStatus = 'waiting' | 'pending' | 'running' | 'done' | 'dead' | 'cancelled';
 
@@ -120,6 +120,13 @@ export interface EnqueueOptions {
    * once the others are done.
    */
   onDependencyFailure?: 'cancel' | 'run';
+  /**
+   * A sequence key (SPEC §11): jobs that share it run one at a time, in id order, across every
+   * worker. A job behind its sequence's head is `waiting`; a head that is dead blocks the key
+   * until it is requeued (it runs again, first) or cancelled. Not with dedupe options or
+   * `dependsOn`.
+   */
+  sequence?: string | null;
 }
 
 /**
@@ -434,6 +441,36 @@ export interface Schedule {
   updatedAt: Date;
 }
 
+/** One sequence key as `queue.sequences()` lists it (SPEC §11). */
+export interface SequenceInfo {
+  key: string;
+  /** The job that holds the key (pending, running, waiting for its retry, or dead), else the next one. */
+  headId: string;
+  headStatus: JobStatus;
+  /** Jobs queued behind the head. */
+  queued: number;
+}
+
+/** `queue.sequences(options)`: which keys, how many, after which key (keyset, key order). */
+export interface SequencesOptions {
+  /** Only keys whose head is dead (blocked until it is requeued or cancelled). */
+  blocked?: boolean;
+  /** At most this many keys (default 100, at most 1,000). */
+  limit?: number;
+  /** Keys after this one (the last key of the previous page). */
+  after?: string;
+}
+
+/** Priority aging of a queue (SPEC §11): a waiting job's effective priority drops with time. */
+export interface PriorityAging {
+  /** Every this many milliseconds a due job waits… */
+  everyMs: number;
+  /** …its effective priority number drops by this much (default 1)… */
+  step?: number;
+  /** …but never below this (default 0). */
+  floor?: number;
+}
+
 /** A queue's configuration (SPEC §8). */
 export interface QueueConfig {
   name: string;
@@ -446,6 +483,8 @@ export interface QueueConfig {
   groupConcurrency: number | null;
   /** Not supported yet: always null. */
   groupRateLimit: { limit: number; periodMs: number } | null;
+  /** Priority aging (SPEC §11), or null. */
+  priorityAging: Required<PriorityAging> | null;
 }
 
 /** `configureQueue(name, options)`: a setting left out stays as it is; `null` clears a limit. */
@@ -455,6 +494,8 @@ export interface QueueConfigOptions {
   rateLimit?: { limit: number; periodMs: number } | null;
   groupConcurrency?: number | null;
   groupRateLimit?: { limit: number; periodMs: number } | null;
+  /** Priority aging (SPEC §11); `null` turns it off. */
+  priorityAging?: PriorityAging | null;
 }
 
 /** A queue's configuration and its live counts (SPEC §8). */

@@ -14,6 +14,7 @@ export const WORKLOADS = [
   'W7',
   'W8',
   'W9',
+  'W-seq',
   ...FLOW_WORKLOADS,
   'pgbench',
 ] as const;
@@ -58,6 +59,14 @@ export interface Sizes {
    * `w9Concurrency` with at most one running job per group, each handler `w9HandlerMs`.
    */
   w9Jobs: number;
+  /**
+   * W-seq: `wSeqKeys` sequence keys × `wSeqPerKey` jobs, drained by `wSeqProcesses` ×
+   * `wSeqConcurrency` with strict per-key FIFO; then as many jobs without keys, for comparison.
+   */
+  wSeqKeys: number;
+  wSeqPerKey: number;
+  wSeqProcesses: number;
+  wSeqConcurrency: number;
   w9Groups: number;
   w9Processes: number;
   w9Concurrency: number;
@@ -112,6 +121,10 @@ export const FULL: Sizes = {
   w9Processes: 4,
   w9Concurrency: 50,
   w9HandlerMs: 10,
+  wSeqKeys: 1_000,
+  wSeqPerKey: 50,
+  wSeqProcesses: 4,
+  wSeqConcurrency: 50,
   flowChildren: 10_000,
   flowChain: 1_000,
   flowSmall: 2_000,
@@ -138,6 +151,8 @@ export const QUICK: Sizes = {
   w8Jobs: 1_000,
   w9Jobs: 1_000,
   w9Groups: 100,
+  wSeqKeys: 100,
+  wSeqPerKey: 10,
   flowChildren: 500,
   flowChain: 50,
   flowSmall: 200,
@@ -170,7 +185,7 @@ export const USAGE = `Usage: npm run bench -- [options]
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq,
                        bullmq-pg)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W4-sql, W-flow-fanout,
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W4-sql, W-seq, W-flow-fanout,
                        W-flow-chain, W-flow-insert, W-flow-scan, pgbench)
   --profile            W2 and W2d as a per-job budget: Node CPU, PostgreSQL CPU, WAL, GC and
                        allocation per job of one worker process that enqueues, then drains

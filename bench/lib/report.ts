@@ -168,6 +168,14 @@ export function rows(config: Config): Row[] {
       unit: 'jobs/s',
       better: 'higher',
     },
+    {
+      workload: 'W-seq',
+      metric: 'jobsPerSec',
+      label: `W-seq strict per-key FIFO: ${n(s.wSeqKeys)} keys × ${n(s.wSeqPerKey)} jobs, ${s.wSeqProcesses} processes × ${s.wSeqConcurrency}, no-op handlers`,
+      short: 'W-seq per-key FIFO',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
     ...s.w7Processes.map(
       (processes): Row => ({
         workload: 'W7',

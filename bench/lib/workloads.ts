@@ -26,9 +26,13 @@ export interface RunContext {
   statements?: StatementsSetup;
 }
 
-export function payloads(count: number, from = 0, groups = 0): BenchPayload[] {
+export function payloads(count: number, from = 0, groups = 0, sequences = 0): BenchPayload[] {
   return Array.from({ length: count }, (_, k) =>
-    groups > 0 ? { i: from + k, t: 0, g: (from + k) % groups } : { i: from + k, t: 0 },
+    groups > 0
+      ? { i: from + k, t: 0, g: (from + k) % groups }
+      : sequences > 0
+        ? { i: from + k, t: 0, s: (from + k) % sequences }
+        : { i: from + k, t: 0 },
   );
 }
 
@@ -54,9 +58,15 @@ export async function openProducer(
 }
 
 /** Enqueues `count` jobs through the batch API in chunks (untimed setup). */
-async function preload(producer: Producer, count: number, chunk: number, groups = 0): Promise<void> {
+async function preload(
+  producer: Producer,
+  count: number,
+  chunk: number,
+  groups = 0,
+  sequences = 0,
+): Promise<void> {
   for (let from = 0; from < count; from += chunk) {
-    await producer.enqueueBatch(payloads(Math.min(chunk, count - from), from, groups));
+    await producer.enqueueBatch(payloads(Math.min(chunk, count - from), from, groups, sequences));
   }
 }
 
@@ -443,6 +453,41 @@ export async function w9(driver: SystemDriver, ctx: RunContext): Promise<Metrics
   const jobsPerSec = (w9Jobs / ms) * 1000;
   const bound = (Math.min(w9Groups, w9Processes * w9Concurrency) / w9HandlerMs) * 1000;
   return { jobsPerSec, ofBound: jobsPerSec / bound };
+}
+
+/**
+ * W-seq (strict per-key FIFO, SPEC §11): `wSeqKeys` × `wSeqPerKey` pre-enqueued jobs, the keys
+ * round-robin (each batch holds every key's next jobs), drained by `wSeqProcesses` worker
+ * processes × `wSeqConcurrency` with the system's own per-key FIFO, no-op handlers; then the
+ * same number of jobs without keys, drained the same way (the cost of the ordering). Metrics:
+ * `jobsPerSec` (sequenced), `plainJobsPerSec`, `ofPlain` (their ratio). Timed like W7.
+ */
+export async function wSeq(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { wSeqKeys, wSeqPerKey, wSeqProcesses, wSeqConcurrency, w1Chunk } = ctx.sizes;
+  if (!driver.strictFifo) throw new Error(`not supported: ${driver.noStrictFifo ?? 'no per-key FIFO'}`);
+  const jobs = wSeqKeys * wSeqPerKey;
+  const drain = async (sequenced: boolean): Promise<number> => {
+    await withTimeout(driver.reset(), 120_000, 'reset');
+    if (sequenced) await driver.strictFifo?.();
+    await using(async (defer) => {
+      const producer = await openProducer(driver, defer);
+      await withTimeout(
+        preload(producer, jobs, w1Chunk, 0, sequenced ? wSeqKeys : 0),
+        Math.max(120_000, jobs * 10),
+        'pre-enqueue',
+      );
+    });
+    const { ms } = await drainWithChildren(driver, ctx, {
+      jobs,
+      processes: wSeqProcesses,
+      concurrency: wSeqConcurrency,
+      what: sequenced ? 'W-seq' : 'W-seq without keys',
+    });
+    return (jobs / ms) * 1000;
+  };
+  const jobsPerSec = await drain(true);
+  const plainJobsPerSec = await drain(false);
+  return { jobsPerSec, plainJobsPerSec, ofPlain: jobsPerSec / plainJobsPerSec };
 }
 
 /** Tables of a schema, for VACUUM ANALYZE. */

@@ -83,6 +83,8 @@ interface IORedis {
 export abstract class BullMQBase {
   abstract readonly name: SystemName;
   readonly noGroups = 'groups and per-group limits are in BullMQ Pro only (not open source)';
+  readonly noStrictFifo =
+    'no per-key FIFO in open-source BullMQ: groups (one running job per group, in order) are BullMQ Pro only';
   protected mod: BullMQ | null = null;
   private counter: BullQueue | null = null;
 

@@ -49,6 +49,9 @@ export class GraphileWorkerDriver implements SystemDriver {
     if (n !== 1) throw new Error('not supported: a named job queue runs one job at a time (n = 1 only)');
   }
 
+  /** W-seq: a named job queue per key (`queueName`): its jobs run one at a time, in order. */
+  async strictFifo(): Promise<void> {}
+
   constructor(private readonly env: BenchEnv) {}
 
   async version(): Promise<string> {
@@ -104,9 +107,11 @@ export class GraphileWorkerDriver implements SystemDriver {
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
         await utils.addJobs(
           payloads.map((payload) =>
-            payload.g === undefined
-              ? { identifier: TASK, payload }
-              : { identifier: TASK, payload, queueName: `g${payload.g}` },
+            payload.g !== undefined
+              ? { identifier: TASK, payload, queueName: `g${payload.g}` }
+              : payload.s !== undefined
+                ? { identifier: TASK, payload, queueName: `s${payload.s}` }
+                : { identifier: TASK, payload },
           ),
         );
       },

@@ -37,8 +37,12 @@ interface PgBoss {
   stop(options?: { graceful?: boolean; timeout?: number; close?: boolean }): Promise<void>;
   on(event: string, listener: (value: unknown) => void): unknown;
   createQueue(name: string, options?: Record<string, unknown>): Promise<void>;
+  deleteQueue(name: string): Promise<void>;
   send(name: string, data: object): Promise<string | null>;
-  insert(name: string, jobs: { data: object; group?: { id: string } }[]): Promise<unknown>;
+  insert(
+    name: string,
+    jobs: { data: object; group?: { id: string }; singletonKey?: string }[],
+  ): Promise<unknown>;
   flow(jobs: { ref: string; name: string; data: object; dependsOn?: string[] }[]): Promise<unknown>;
   work(
     name: string,
@@ -73,6 +77,21 @@ export class PgBossDriver implements SystemDriver {
 
   /** W9: jobs carry `group: { id }`; the consumer's `work()` gets `groupConcurrency` (global, in the database). */
   async limitGroups(_n: number): Promise<void> {}
+
+  /**
+   * W-seq: the bench queue made again with `policy: 'key_strict_fifo'` (FIFO per singletonKey:
+   * successors held back while a job of the key is active, retrying or failed); jobs carry
+   * `singletonKey: 's<n>'`.
+   */
+  async strictFifo(): Promise<void> {
+    const boss = await this.boss(() => {});
+    try {
+      await boss.deleteQueue(TASK);
+      await boss.createQueue(TASK, { policy: 'key_strict_fifo', notify: true });
+    } finally {
+      await boss.stop({ graceful: false, timeout: 5_000 });
+    }
+  }
 
   constructor(private readonly env: BenchEnv) {}
 
@@ -120,7 +139,13 @@ export class PgBossDriver implements SystemDriver {
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
         await boss.insert(
           TASK,
-          payloads.map((data) => (data.g === undefined ? { data } : { data, group: { id: `g${data.g}` } })),
+          payloads.map((data) =>
+            data.g !== undefined
+              ? { data, group: { id: `g${data.g}` } }
+              : data.s !== undefined
+                ? { data, singletonKey: `s${data.s}` }
+                : { data },
+          ),
         );
       },
       close: () => boss.stop({ graceful: true, timeout: 10_000 }),

@@ -88,6 +88,9 @@ export class SkiplockDriver implements SystemDriver {
     }
   }
 
+  /** W-seq: nothing to configure — each job carries `sequence: 's<n>'` (SPEC §11). */
+  async strictFifo(): Promise<void> {}
+
   /** W4-sql: SPEC §13's `<schema>.enqueue(task, payload)` (migration 17). */
   sqlEnqueue(): string {
     return `SELECT id, created FROM ${ident(this.schema)}.enqueue($1, $2::jsonb)`;
@@ -96,7 +99,7 @@ export class SkiplockDriver implements SystemDriver {
   async remaining(): Promise<number> {
     this.counter ??= this.queue(2);
     const counts = await this.counter.counts();
-    return counts.pending + counts.running;
+    return counts.waiting + counts.pending + counts.running; // W-seq: jobs behind their key's head wait
   }
 
   async producer(): Promise<Producer> {
@@ -108,9 +111,11 @@ export class SkiplockDriver implements SystemDriver {
       enqueueBatch: async (payloads: readonly BenchPayload[]) => {
         await queue.enqueueMany(
           payloads.map((payload) =>
-            payload.g === undefined
-              ? { task: TASK, payload }
-              : { task: TASK, payload, group: `g${payload.g}` },
+            payload.g !== undefined
+              ? { task: TASK, payload, group: `g${payload.g}` }
+              : payload.s !== undefined
+                ? { task: TASK, payload, sequence: `s${payload.s}` }
+                : { task: TASK, payload },
           ),
         );
       },

@@ -20,6 +20,8 @@ export interface BenchPayload {
   t: number;
   /** W9: the job's group (tenant) number; the driver enqueues it with the system's group key. */
   g?: number;
+  /** W-seq: the job's sequence number; the driver enqueues it with the system's per-key FIFO key. */
+  s?: number;
 }
 
 /** Where the systems live. */
@@ -123,6 +125,13 @@ export interface SystemDriver {
   limitGroups?(n: number): Promise<void>;
   /** W9: why the system has no per-group concurrency limit (for the report). */
   readonly noGroups?: string;
+  /**
+   * W-seq: prepares a run in which the jobs of each sequence key (`BenchPayload.s`) run one at a
+   * time in enqueue order, with the system's own per-key FIFO; absent when it has none.
+   */
+  strictFifo?(): Promise<void>;
+  /** W-seq: why the system has no per-key FIFO (for the report). */
+  readonly noStrictFifo?: string;
   /** Workflows: a producer of flows; absent when the open-source system has no job dependencies. */
   flowProducer?(): Promise<FlowProducer>;
   /** Workflows: what the system's flows can express. */

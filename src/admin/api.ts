@@ -16,6 +16,8 @@ import type { History } from './history.js';
 import type { AdminReads, ReadRoute } from './read-route.js';
 
 const LIST_PARAMS = ['status', 'task', 'queue', 'limit', 'after'];
+/** The query parameters of GET /api/sequences (SPEC §11). */
+const SEQUENCE_PARAMS = ['blocked', 'limit', 'after'];
 /** Schedules per page of GET /api/schedules. */
 const SCHEDULE_PAGE = 500;
 /** Most jobs of one flow `GET /api/flows/:id` returns (the oldest; `truncated` says there are more). */
@@ -225,6 +227,33 @@ export function apiRoutes(
     if (!(await queue.resumeSchedule(name)))
       throw new NotFoundError(`No schedule named ${JSON.stringify(name)}`);
     return c.json({ name, paused: false });
+  });
+
+  // SPEC §11 sequence keys with their head and queue (keys are data: an array), key order, a
+  // bounded page (`limit` up to 1000, default 100; `next` set on a full page); `blocked=true`
+  // only keys whose head is dead — the dashboard's list of blocked sequences.
+  api.get('/sequences', async (c) => {
+    for (const key of new URL(c.req.url).searchParams.keys()) {
+      if (!SEQUENCE_PARAMS.includes(key)) {
+        throw new ValidationError(key, `is not a parameter (known: ${SEQUENCE_PARAMS.join(', ')})`);
+      }
+    }
+    const query = c.req.query();
+    if (query.blocked !== undefined && query.blocked !== 'true' && query.blocked !== 'false') {
+      throw new ValidationError('blocked', `must be true or false, got ${JSON.stringify(query.blocked)}`);
+    }
+    let limit = 100;
+    if (query.limit !== undefined) {
+      if (!/^\d+$/.test(query.limit))
+        throw new ValidationError('limit', `must be an integer from 1 to 1000, got "${query.limit}"`);
+      limit = requireInt(Number(query.limit), 'limit', 1, 1000);
+    }
+    const sequences = await queue.sequences({
+      blocked: query.blocked === 'true',
+      limit,
+      ...(query.after ? { after: requireName(query.after, 'after') } : {}),
+    });
+    return c.json({ sequences, next: sequences.length === limit ? (sequences.at(-1)?.key ?? null) : null });
   });
 
   // SPEC §8 queues: settings and live counts (names are data: an array), pause and resume.

@@ -2,8 +2,8 @@
  * The body of `POST /api/jobs` (SPEC §13): `{ task, payload, ...options }` as JSON, mapped onto
  * `queue.enqueue(task, payload, options)`. What JSON cannot say the library's way is translated
  * here, as the SQL function (migration 17) takes it: `runAt` is an ISO 8601 string with its
- * offset; `sequence` is a known name that is refused until sequences exist. Everything else is
- * the library's to check, with its own errors.
+ * offset. Everything else (`sequence` too, SPEC §11) is the library's to check, with its own
+ * errors.
  */
 import { smallestByCodePoint } from '../core/key-order.js';
 import { describe } from '../core/validate.js';
@@ -77,14 +77,6 @@ export function enqueueRequest(body: unknown): EnqueueRequest {
       `is not a known option (known: ${OPTION_KEYS.join(', ')})`,
     );
   }
-  // §11 (issue 23): the name is known, a value refused, as the SQL function does
-  if (options.sequence !== undefined && options.sequence !== null) {
-    throw new ValidationError(
-      'sequence',
-      'sequences are not available yet in this version of Skiplock (SPEC §11): leave sequence out',
-    );
-  }
-  delete options.sequence;
   let runAtError: ValidationError | null = null;
   if (Object.hasOwn(options, 'runAt')) {
     try {

@@ -8,6 +8,7 @@ interface Flags {
   dedupeKey?: string;
   dedupeScope?: 'active' | 'pending';
   group?: string;
+  sequence?: string;
   delay?: number;
   maxAttempts?: number;
   queue?: string;
@@ -31,6 +32,7 @@ export function registerEnqueue(program: Command): void {
       dedupeScope,
     )
     .option('--group <key>', 'group key (a tenant): round-robin between groups, per-group limits')
+    .option('--sequence <key>', 'sequence key: jobs sharing it run one at a time, in the order enqueued')
     .option('--delay <duration>', 'run after this delay, e.g. 30s, 5m', duration)
     .option('--max-attempts <n>', 'attempts before the job goes dead (default 3)', positiveInt)
     .option('--queue <name>', "queue name (default 'default')")
@@ -53,6 +55,7 @@ Examples:
   $ skiplock enqueue report.build '{"month":"2026-11"}' --priority 10 --delay 5m --dedupe-key report:2026-11
   $ skiplock enqueue search.reindex '{"id":7}' --dedupe-key reindex:7 --dedupe-scope pending
   $ skiplock enqueue invoice.render '{"id":7}' --queue invoices --group tenant-42
+  $ skiplock enqueue ledger.post '{"amount":5}' --sequence account:42   # after account:42's earlier jobs
   $ skiplock enqueue cleanup --queue maintenance --json
   $ skiplock enqueue report.merge '{"month":"2026-11"}' --depends-on 41,42   # waits for jobs 41 and 42`,
     )
@@ -69,6 +72,7 @@ Examples:
           ...(flags.dedupeKey === undefined ? {} : { dedupeKey: flags.dedupeKey }),
           ...(flags.dedupeScope === undefined ? {} : { dedupe: { scope: flags.dedupeScope } }),
           ...(flags.group === undefined ? {} : { group: flags.group }),
+          ...(flags.sequence === undefined ? {} : { sequence: flags.sequence }),
           ...(flags.delay === undefined ? {} : { delayMs: flags.delay }),
           ...(flags.maxAttempts === undefined ? {} : { maxAttempts: flags.maxAttempts }),
           ...(flags.queue === undefined ? {} : { queue: flags.queue }),

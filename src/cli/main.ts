@@ -20,6 +20,7 @@ import { registerPrune } from './prune.js';
 import { registerQueues } from './queues.js';
 import { registerRequeue } from './requeue.js';
 import { registerSchedules } from './schedules.js';
+import { registerSequences } from './sequences.js';
 import { registerWorker } from './worker.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
@@ -70,6 +71,7 @@ Run "skiplock <command> --help" for a command's options and examples.`,
   registerPrune(program);
   registerSchedules(program);
   registerQueues(program);
+  registerSequences(program);
   registerDashboard(program);
   registerDev(program);
   return program;

@@ -36,6 +36,7 @@ const NODE_KEYS = [
   'group',
   'dependsOn',
   'onDependencyFailure',
+  'sequence',
 ];
 
 /**
@@ -103,6 +104,12 @@ export function toFlowPlan(nodes: unknown): { nodes: FlowNodePlan[]; order: numb
       }
     });
     const job = toNewJob(task, payload, options as EnqueueOptions, `${at}.`);
+    if (job.sequence !== null && entries.length > 0) {
+      throw new ValidationError(
+        `${at}.sequence`,
+        'cannot be combined with dependsOn in this version: a node with a sequence must have no dependencies (its sequence orders it)',
+      );
+    }
     return { job, ref: ref as string, refDeps, idDeps };
   });
   const edges = plans.reduce((n, plan) => n + plan.refDeps.length + plan.idDeps.length, 0);

@@ -51,6 +51,8 @@ export interface NewJob {
   dependsOn: string[] | null;
   /** §10 `onDependencyFailure: 'run'`. */
   runOnDependencyFailure: boolean;
+  /** §11 the sequence key (strict per-key FIFO), or null. */
+  sequence: string | null;
 }
 
 const OPTION_KEYS = [
@@ -65,6 +67,7 @@ const OPTION_KEYS = [
   'group',
   'dependsOn',
   'onDependencyFailure',
+  'sequence',
 ];
 const ENQUEUE_KEYS = [...OPTION_KEYS, 'client'];
 const SPEC_KEYS = ['task', 'payload', ...OPTION_KEYS];
@@ -85,6 +88,19 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
     throw new ValidationError(
       at('dependsOn'),
       'cannot be combined with dedupeKey or dedupe: a waiting job holds no key (enqueue the dependent without one)',
+    );
+  }
+  const sequence = sequenceArg(options.sequence, at('sequence'));
+  if (sequence !== null && (options.dedupeKey != null || options.dedupe != null)) {
+    throw new ValidationError(
+      at('sequence'),
+      'cannot be combined with dedupeKey or dedupe: a job queued behind its sequence holds no key (enqueue it without one)',
+    );
+  }
+  if (sequence !== null && dependsOn !== null) {
+    throw new ValidationError(
+      at('sequence'),
+      'cannot be combined with dependsOn in this version: a sequence already orders its jobs (enqueue the job without dependsOn, or without sequence)',
     );
   }
   return {
@@ -112,7 +128,25 @@ export function toNewJob(task: unknown, payload: unknown, options: EnqueueOption
     traceContext: null,
     dependsOn,
     runOnDependencyFailure: onDependencyFailureArg(options.onDependencyFailure, at('onDependencyFailure')),
+    sequence,
   };
+}
+
+/** Longest sequence key, in UTF-8 bytes: it is indexed (one btree entry per queued job). */
+export const MAX_SEQUENCE_BYTES = 200;
+
+/** §11 `sequence`: a name of at most MAX_SEQUENCE_BYTES bytes, or null. */
+export function sequenceArg(value: unknown, field: string): string | null {
+  if (value === undefined || value === null) return null;
+  const sequence = requireName(value, field);
+  const bytes = Buffer.byteLength(sequence);
+  if (bytes > MAX_SEQUENCE_BYTES) {
+    throw new ValidationError(
+      field,
+      `must be at most ${MAX_SEQUENCE_BYTES} bytes in UTF-8, got ${bytes} bytes`,
+    );
+  }
+  return sequence;
 }
 
 /** Most dependencies of one job. */

@@ -3,7 +3,14 @@
  * key and value and returns what the engine needs, or throws a ValidationError (nothing written).
  */
 import { ValidationError } from '../errors.js';
-import type { ClaimOptions, Lease, ListOptions, PruneOptions, QueueConfigOptions } from '../types.js';
+import type {
+  ClaimOptions,
+  Lease,
+  ListOptions,
+  PruneOptions,
+  QueueConfigOptions,
+  SequencesOptions,
+} from '../types.js';
 import {
   optionalNameList,
   optionsObject,
@@ -24,6 +31,8 @@ export interface QueueChange {
   rateLimit?: { limit: number; periodMs: number } | null;
   groupConcurrency?: number | null;
   groupRateLimit?: { limit: number; periodMs: number } | null;
+  /** §11 priority aging, defaults applied; null turns it off. */
+  priorityAging?: { everyMs: number; step: number; floor: number } | null;
 }
 
 /** Most jobs one claim may take. */
@@ -161,7 +170,7 @@ export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueC
   const opts = optionsObject(options, 'options');
   rejectUnknownKeys(
     opts,
-    ['paused', 'concurrency', 'rateLimit', 'groupConcurrency', 'groupRateLimit'],
+    ['paused', 'concurrency', 'rateLimit', 'groupConcurrency', 'groupRateLimit', 'priorityAging'],
     'options',
   );
   const change: QueueChange = {};
@@ -183,7 +192,21 @@ export function queueConfigArgs(options: QueueConfigOptions | undefined): QueueC
   }
   if (opts.groupRateLimit !== undefined)
     change.groupRateLimit = rateArg(opts.groupRateLimit, 'groupRateLimit');
+  if (opts.priorityAging !== undefined) change.priorityAging = agingArg(opts.priorityAging);
   return change;
+}
+
+/** §11 `priorityAging: { everyMs, step?: 1, floor?: 0 }` or null (off). */
+function agingArg(value: unknown): { everyMs: number; step: number; floor: number } | null {
+  if (value === null) return null;
+  const field = 'priorityAging';
+  const aging = optionsObject(value as { everyMs?: unknown; step?: unknown; floor?: unknown }, field);
+  rejectUnknownKeys(aging, ['everyMs', 'step', 'floor'], field);
+  return {
+    everyMs: requireInt(aging.everyMs, `${field}.everyMs`, 1, MAX_PERIOD_MS),
+    step: aging.step === undefined ? 1 : requireInt(aging.step, `${field}.step`, 1),
+    floor: aging.floor === undefined ? 0 : requireInt(aging.floor, `${field}.floor`),
+  };
 }
 
 /** `{ limit, periodMs }` or null (cleared). */
@@ -211,4 +234,29 @@ export function waitForArgs(
     throw new ValidationError('signal', 'must be an AbortSignal (for example AbortSignal.timeout(5_000))');
   }
   return { id, timeoutMs, signal: opts.signal };
+}
+
+/** §11 default and largest page of `sequences()`. */
+export const SEQUENCES_DEFAULT_LIMIT = 100;
+export const SEQUENCES_MAX_LIMIT = 1_000;
+
+/** §11 `sequences({ blocked, limit, after })`. */
+export function sequencesArgs(options: SequencesOptions | undefined): {
+  blocked: boolean;
+  limit: number;
+  after: string;
+} {
+  const opts = optionsObject(options, 'options');
+  rejectUnknownKeys(opts, ['blocked', 'limit', 'after'], 'options');
+  if (opts.blocked !== undefined && typeof opts.blocked !== 'boolean') {
+    throw new ValidationError('blocked', `must be true or false, got ${JSON.stringify(opts.blocked)}`);
+  }
+  return {
+    blocked: opts.blocked === true,
+    limit:
+      opts.limit === undefined
+        ? SEQUENCES_DEFAULT_LIMIT
+        : requireInt(opts.limit, 'limit', 1, SEQUENCES_MAX_LIMIT),
+    after: opts.after === undefined ? '' : requireName(opts.after, 'after'),
+  };
 }

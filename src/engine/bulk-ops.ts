@@ -40,7 +40,7 @@ export async function cancelOrThrow(engine: Engine, id: string): Promise<CancelO
     throw new ConflictError(
       id,
       transition.before,
-      `Job ${id} is ${transition.before}: only waiting, pending or running jobs can be cancelled`,
+      `Job ${id} is ${transition.before}: only waiting, pending or running jobs (and the dead head of a sequence) can be cancelled`,
     );
   }
   return { id, status: transition.after, wasRunning: transition.before === 'running' };

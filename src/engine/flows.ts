@@ -215,6 +215,7 @@ function plan(
       lastError: null,
       flowId: joins,
       flowRef: flowId === null ? null : node.ref,
+      sequence: job.sequence,
     };
   });
 }

@@ -33,6 +33,10 @@ export function toQueueConfig(row: QueueRow): QueueConfig {
       row.group_rate_limit === null || row.group_rate_period_ms === null
         ? null
         : { limit: row.group_rate_limit, periodMs: row.group_rate_period_ms },
+    priorityAging:
+      row.aging_every_ms === null || row.aging_step === null || row.aging_floor === null
+        ? null
+        : { everyMs: row.aging_every_ms, step: row.aging_step, floor: row.aging_floor },
   };
 }
 
@@ -69,6 +73,9 @@ export async function listQueues(engine: Engine): Promise<QueueInfo[]> {
           group_concurrency: null,
           group_rate_limit: null,
           group_rate_period_ms: null,
+          aging_every_ms: null,
+          aging_step: null,
+          aging_floor: null,
         }),
         waiting: 0,
         pending: 0,
@@ -184,13 +191,14 @@ export function roomFreedBy(engine: Engine, queue: string, workerRunning: boolea
 }
 
 /**
- * Whether groupConcurrency is the queue's only limit: then its claim takes no queue lock — each
- * group is locked on its own inside the claim statement, so workers claim different groups of
- * the queue at the same time.
+ * Whether groupConcurrency is the queue's only limit, or it has none and ages (§11): then its
+ * claim takes no queue lock — each group is locked on its own inside the claim statement, so
+ * workers claim different groups of the queue at the same time (and SKIP LOCKED keeps claimers
+ * of an aging queue apart).
  */
 function onlyGroupConcurrency(queue: QueueRow): boolean {
   return (
-    queue.group_concurrency !== null &&
+    (queue.group_concurrency !== null || queue.aging_every_ms !== null) &&
     queue.concurrency === null &&
     queue.rate_limit === null &&
     queue.group_rate_limit === null

@@ -3,7 +3,7 @@
  * configured (`engine.read`), except findActive, which decides about writes and reads the primary.
  */
 import type { ListFilter } from '../store/observe.js';
-import type { Job, JobDependencySummary, JobPage, JobStatus, OpsSnapshot } from '../types.js';
+import type { Job, JobDependencySummary, JobPage, JobStatus, OpsSnapshot, SequenceInfo } from '../types.js';
 import type { Engine } from './engine.js';
 
 export function getJob(engine: Engine, id: string): Promise<Job | null> {
@@ -55,4 +55,12 @@ export function liveByQueue(engine: Engine) {
 
 export function throughput(engine: Engine, { bucketMs, windowMs }: { bucketMs: number; windowMs: number }) {
   return engine.read((db) => engine.store.observe.finishedPerBucket(db, bucketMs, windowMs));
+}
+
+/** §11 a page of sequence keys with their heads (all, or only those whose head is dead). */
+export function sequences(
+  engine: Engine,
+  { blocked, after, limit }: { blocked: boolean; after: string; limit: number },
+): Promise<SequenceInfo[]> {
+  return engine.read((db) => engine.store.sequences.list(db, blocked, after, limit));
 }

@@ -11,8 +11,11 @@ import type { Migration } from './migration.js';
  * id) order: the pick walks its distinct (priority, group) pairs with one descent each (a skip
  * scan), starts after the group its claimer served last, and takes one job per group per round.
  */
-/** A paused or limited queue (alias q): the plain claim leaves it to the limited claim. */
-const RESTRICTED = `q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
+/**
+ * A paused or limited queue (alias q): the plain claim leaves it to the limited claim. Later
+ * migrations pass a longer list to the pick builders (migration 19: queues with priority aging).
+ */
+export const RESTRICTED = `q.paused OR q.concurrency IS NOT NULL OR q.rate_limit IS NOT NULL
        OR q.group_concurrency IS NOT NULL OR q.group_rate_limit IS NOT NULL`;
 
 /**
@@ -219,6 +222,7 @@ export const pickPendingSql = (
   create: Create,
   blocked: PickFilter,
   lock: PickLock = 'FOR UPDATE',
+  restricted: string = RESTRICTED,
 ) => `-- §1.1 the plain claim's pick, as before, for ungrouped jobs only (its index holds no others).
 ${create} FUNCTION ${s}.pick_pending(p_limit integer, p_tasks text[], p_queues text[])
 RETURNS SETOF bigint
@@ -232,7 +236,7 @@ AS $fn$
     AND (p_tasks IS NULL OR task = ANY (p_tasks))${blocked('jobs')}
     AND (p_queues IS NULL OR queue = ANY (p_queues))
     -- §8 paused and limited queues are not claimed here (read once per call: an init plan)
-    AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
+    AND queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${restricted}))
   ORDER BY priority, run_after, id
   LIMIT p_limit
   ${lock} SKIP LOCKED
@@ -244,6 +248,7 @@ export const pickMixedSql = (
   create: Create,
   blocked: PickFilter,
   lock: PickLock = 'FOR UPDATE',
+  restricted: string = RESTRICTED,
 ) => `-- §1.1/§8 the plain claim's pick while a grouped job is due (the claim statement chooses):
 -- ungrouped jobs in claim order and each unrestricted queue's grouped jobs round-robin, merged
 -- by (priority, round, order of the picks) — the k-th ungrouped job goes with each group's k-th
@@ -262,7 +267,7 @@ AS $fn$
     WHERE j.status = 'pending' AND j.group_key IS NULL AND j.run_after <= now()
       AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${blocked('j')}
       AND (p_queues IS NULL OR j.queue = ANY (p_queues))
-      AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${RESTRICTED}))
+      AND j.queue <> ALL (ARRAY(SELECT q.name FROM ${s}.queues AS q WHERE ${restricted}))
     ORDER BY j.priority, j.run_after, j.id
     LIMIT p_limit
     ${lock} SKIP LOCKED
@@ -282,7 +287,7 @@ AS $fn$
     WHERE (p_queues IS NULL OR w.queue = ANY (p_queues))
       AND NOT EXISTS (SELECT 1 FROM ${s}.queues AS q
                       WHERE q.name = w.queue
-                        AND (${RESTRICTED}))
+                        AND (${restricted}))
   )
   ${MERGE}
 $fn$;`;

@@ -31,7 +31,7 @@ ${asPlpgsql(pickQueueSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY U
  * A `LANGUAGE sql` set-returning function of one query as PL/pgSQL returning that query, with
  * its SET options, `jit = off` and a generic plan.
  */
-function asPlpgsql(definition: string): string {
+export function asPlpgsql(definition: string): string {
   const open = definition.indexOf('AS $fn$');
   const close = definition.lastIndexOf('$fn$');
   if (open < 0 || close <= open || !definition.includes('LANGUAGE sql')) {
@@ -57,7 +57,7 @@ $fn$;`;
  * §8 scope 'pending' as migration 10's `blocked`: a pending job whose key has a running holder
  * is not picked; always probed per keyed candidate through jobs_pending_key_running_idx.
  */
-const probedBlocked =
+export const probedBlocked =
   (s: string): PickFilter =>
   (alias) =>
     `

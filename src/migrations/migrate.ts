@@ -19,6 +19,7 @@ import { dependencyCommit } from './015-dependency-commit.js';
 import { cachedPicks } from './016-cached-picks.js';
 import { producers } from './017-producers.js';
 import { producerFixes } from './018-producer-fixes.js';
+import { sequences } from './019-sequences.js';
 import { steps } from './021-steps.js';
 import type { Migration } from './migration.js';
 
@@ -42,6 +43,7 @@ export const MIGRATIONS: readonly Migration[] = [
   cachedPicks,
   producers,
   producerFixes,
+  sequences,
   steps,
 ];
 

@@ -108,7 +108,8 @@ export function adminSql(s: string) {
     /**
      * §1.2 pending (§10 or waiting) → cancelled at once, and what depends on it with it (the
      * trigger of migration 14); running → cancellation requested (flag, plus a NOTIFY
-     * that the owning worker acts on). Finished jobs are left alone. The row is locked first and
+     * that the owning worker acts on); §11 the dead head of a sequence → cancelled (its key
+     * moves on: the trigger of migration 19). Other finished jobs are left alone. The row is locked first and
      * the transition decided on the locked (latest committed) status, so the status before and
      * after come from one statement on the primary: no row is an unknown id, `after` null a job
      * already finished (`before` says how), `before` running a cancellation requested.
@@ -116,15 +117,16 @@ export function adminSql(s: string) {
      */
     cancel: `
       WITH target AS MATERIALIZED (
-        SELECT id, status FROM ${jobs} WHERE id = $1 FOR NO KEY UPDATE
+        SELECT id, status, (status = 'dead' AND sequence IS NOT NULL) AS blocking
+        FROM ${jobs} WHERE id = $1 FOR NO KEY UPDATE
       ), cancelled AS (
         UPDATE ${jobs} AS j SET
-          status = CASE WHEN t.status IN ('pending', 'waiting') THEN 'cancelled' ELSE j.status END,
+          status = CASE WHEN t.status IN ('pending', 'waiting') OR t.blocking THEN 'cancelled' ELSE j.status END,
           cancel_requested_at = CASE WHEN t.status = 'running' THEN coalesce(j.cancel_requested_at, now())
                                      ELSE j.cancel_requested_at END,
           updated_at = now()
         FROM target AS t
-        WHERE j.id = t.id AND t.status IN ('pending', 'running', 'waiting')
+        WHERE j.id = t.id AND (t.status IN ('pending', 'running', 'waiting') OR t.blocking)
         RETURNING j.id, j.status
       )
       SELECT t.status AS before, c.status AS after,

@@ -28,10 +28,15 @@ export function claimSql(s: string) {
      * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
     claim: `
-      WITH grouped AS MATERIALIZED (
+      WITH sequenced AS MATERIALIZED (
+        -- §11 only while jobs of sequences arrived (a look at a table that is empty otherwise):
+        -- their keys advance (migration 19), for the next claim — this one's snapshot is older
+        SELECT ${s}.sequence_pass(1000) AS moved WHERE EXISTS (SELECT 1 FROM ${s}.sequence_arrivals)
+      ), grouped AS MATERIALIZED (
         -- §8 is any grouped job due? (one descent of an index that is empty when groups are not used)
         SELECT EXISTS (SELECT 1 FROM ${jobs} AS g
                        WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now()) AS due
+        FROM (SELECT count(*) FROM sequenced) AS after_sequences
       ), picked AS MATERIALIZED (
         -- §8 only then: the pick that takes grouped jobs round-robin (migration 9), in its order
         SELECT p.id AS pick_id, p.ord AS pick_ord

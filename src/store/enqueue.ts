@@ -20,13 +20,14 @@ export function enqueueSql(s: string) {
      * may fail to read one (Prisma does, skiplock/adapters).
      * §9 the producer span's trace context goes in with the row (a hit leaves the holder's alone).
      * $1 queue, $2 task, $3 payload, $4 priority, $5 dedupe_key, $6 max_attempts, $7 run_at,
-     * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key, $12 trace_context (JSON or null).
+     * $8 delay_ms, $9 timeout_ms, $10 channel, $11 group_key, $12 trace_context (JSON or null),
+     * $13 sequence (§11: a trigger of migration 19 writes such a job waiting).
      */
     insertOne: `
       WITH ins AS (
         INSERT INTO ${jobs} (queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms, group_key,
-                             trace_context)
-        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9, $11, $12::jsonb)
+                             trace_context, sequence)
+        VALUES ($1, $2, $3::jsonb, $4, $5, $6, ${RUN_AFTER('$7', '$8')}, $9, $11, $12::jsonb, $13)
         ${ON_DEDUPE_CONFLICT}
         RETURNING id
       )
@@ -38,7 +39,8 @@ export function enqueueSql(s: string) {
      * ($3, json: each payload is a jsonb of its own, limited as before), the other columns as
      * array literals (src/store/runner.ts). §1.9 one NOTIFY for the batch,
      * in its transaction — or none when $10 is null (the caller then hints after the commit).
-     * $11 group keys, $12 trace contexts (§9, JSON or null: one producer span per call).
+     * $11 group keys, $12 trace contexts (§9, JSON or null: one producer span per call), $13
+     * sequence keys (§11; ids are drawn in input order, so a batch's jobs of one key run in it).
      */
     insertMany: `
       WITH input AS MATERIALIZED (
@@ -47,14 +49,14 @@ export function enqueueSql(s: string) {
                     -- json, not jsonb: one jsonb value holds at most 256 MB, a batch's payloads may be more
                     ARRAY(SELECT p.payload::jsonb FROM json_array_elements($3::json) WITH ORDINALITY AS p(payload, n) ORDER BY p.n),
                     $4::int[], $5::text[], $6::int[],
-                    $7::timestamptz[], $8::float8[], $9::int[], $11::text[], $12::text[])
+                    $7::timestamptz[], $8::float8[], $9::int[], $11::text[], $12::text[], $13::text[])
              WITH ORDINALITY AS t(queue, task, payload, priority, dedupe_key, max_attempts,
-                                  run_at, delay_ms, timeout_ms, group_key, trace_context, ord)
+                                  run_at, delay_ms, timeout_ms, group_key, trace_context, sequence, ord)
       ), ins AS (
         INSERT INTO ${jobs} (id, queue, task, payload, priority, dedupe_key, max_attempts, run_after, timeout_ms,
-                             group_key, trace_context)
+                             group_key, trace_context, sequence)
         SELECT id, queue, task, payload, priority, dedupe_key, max_attempts,
-               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key, trace_context::jsonb
+               ${RUN_AFTER('run_at', 'delay_ms')}, timeout_ms, group_key, trace_context::jsonb, sequence
         -- §3 rows go in dedupe-key order: two batches that share keys wait for each other in
         -- one order and never deadlock (a key repeated in the batch: its first entry wins);
         -- code point order (COLLATE "C"), whatever the database's collation: the order of the
@@ -182,6 +184,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       this.channel,
       job.group,
       job.traceContext,
+      job.sequence,
     ]);
     return rows[0]?.id ?? null;
   }
@@ -209,6 +212,8 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
     const timeoutMs = new Array<number | null>(n);
     const group = new Array<string | null>(n);
     const trace = new Array<string | null>(n);
+    const sequence = new Array<string | null>(n);
+    let sequenced = false;
     for (let i = 0; i < n; i++) {
       const j = jobs[i] as NewJob;
       queue[i] = j.queue;
@@ -222,6 +227,8 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       timeoutMs[i] = j.timeoutMs;
       group[i] = j.group;
       trace[i] = j.traceContext;
+      sequence[i] = j.sequence;
+      if (j.sequence !== null) sequenced = true;
     }
     const rows = await this.run<{ id: string; created: boolean }>(db, this.sql.insertMany, [
       textArray(queue),
@@ -236,6 +243,7 @@ export class EnqueueStatements extends StatementFamily<ReturnType<typeof enqueue
       notify ? this.channel : null,
       textArray(group),
       textArray(trace),
+      sequenced ? textArray(sequence) : null,
     ]);
     return rows.map((row) => ({ id: String(row.id), created: row.created }));
   }

@@ -36,6 +36,8 @@ export interface GraphRow {
   lastError: string | null;
   flowId: string | null;
   flowRef: string | null;
+  /** §11 the sequence key, or null. */
+  sequence: string | null;
 }
 
 /** An existing job a new one depends on, as read (and held for its transaction): its flow. */
@@ -83,26 +85,27 @@ export function flowSql(s: string) {
      * hint when any job went in pending (those decided at the commit send their own). $1–$20
      * parallel arrays of the jobs' columns (the flags as text), $21 edge dependents, $22 edge
      * dependencies, $23 channel, $24 the jobs that depend on existing ones and $25 the lowest id
-     * of the graph (every dependency below it existed before).
+     * of the graph (every dependency below it existed before), $26 sequence keys (§11: a trigger
+     * of migration 19 writes those jobs waiting).
      */
     insertGraph: `
       WITH input AS (
         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::int[], $6::int[],
                              $7::timestamptz[], $8::float8[], $9::int[], $10::text[], $11::text[], $12::text[],
                              $13::int[], $14::int[], $15::text[], $16::text[], $17::bigint[], $18::text[],
-                             $19::uuid[], $20::text[])
+                             $19::uuid[], $20::text[], $26::text[])
           AS t(id, queue, task, payload, priority, max_attempts, run_at, delay_ms, timeout_ms, group_key,
                trace_context, status, deps_left, deps_total, has_dependents, run_on_failure, cancelled_by,
-               last_error, flow_id, flow_ref)
+               last_error, flow_id, flow_ref, sequence)
       ), ins AS (
         INSERT INTO ${jobs} (id, queue, task, payload, priority, max_attempts, run_after, timeout_ms, group_key,
                              trace_context, status, deps_left, deps_total, has_dependents,
-                             run_on_dependency_failure, cancelled_by, last_error, flow_id, flow_ref)
+                             run_on_dependency_failure, cancelled_by, last_error, flow_id, flow_ref, sequence)
         SELECT id, queue, task, payload::jsonb, priority, max_attempts, ${RUN_AFTER('run_at', 'delay_ms')},
                timeout_ms, group_key, trace_context::jsonb, status, deps_left, deps_total, has_dependents::boolean,
-               run_on_failure::boolean, cancelled_by, last_error, flow_id, flow_ref
+               run_on_failure::boolean, cancelled_by, last_error, flow_id, flow_ref, sequence
         FROM input
-        RETURNING status
+        RETURNING status, sequence
       ), edges AS (
         INSERT INTO ${deps} (job_id, depends_on)
         SELECT * FROM unnest($21::bigint[], $22::bigint[])
@@ -113,7 +116,9 @@ export function flowSql(s: string) {
         SELECT $24::bigint[], $25::bigint WHERE cardinality($24::bigint[]) > 0
         RETURNING 1
       ), notified AS (
-        SELECT pg_notify($23, 'jobs') FROM (SELECT 1 FROM ins WHERE status = 'pending' LIMIT 1) AS any_pending
+        -- §11 a job with a sequence goes in waiting: its key is advanced by the next claim's pass
+        SELECT pg_notify($23, 'jobs')
+        FROM (SELECT 1 FROM ins WHERE status = 'pending' OR sequence IS NOT NULL LIMIT 1) AS any_pending
       )
       SELECT (SELECT count(*) FROM ins)::int AS jobs, (SELECT count(*) FROM edges)::int AS edges,
              (SELECT count(*) FROM checks)::int AS checks, (SELECT count(*) FROM notified)::int AS notified`,
@@ -207,6 +212,7 @@ export class FlowStatements extends StatementFamily<ReturnType<typeof flowSql>> 
       this.channel,
       rows.filter((r) => r.checkAtCommit).map((r) => r.id),
       rows.reduce((low, r) => (BigInt(r.id) < BigInt(low) ? r.id : low), rows[0]?.id ?? '0'),
+      col((r) => r.sequence),
     ]);
   }
 

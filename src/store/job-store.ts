@@ -12,6 +12,7 @@
  *   store.observe   get, findActive, list, listPage, counts, opsExtras, liveByQueue, … (observe.ts)
  *   store.queues    configure, list, restricted, lock, claimLimited, rateWait        (queues.ts)
  *   store.flows     lockDependencies, insertGraph, dependencies, flowJobs, flowEdges (flows.ts)
+ *   store.sequences list: sequence keys, their heads and queues (§11)        (sequences.ts)
  *   store.neighbours summary: a job's first dependencies and dependents, counted (neighbours.ts)
  *   store.schedule  upsert, remove, list, pause, resume, lockDue, lastActive, fire, nextDueInMs (schedule.ts)
  *   store.steps     load, write, sleep, wait, emit, list, reset, wakeTimedOut, pruneEvents  (steps.ts)
@@ -31,6 +32,7 @@ import { QueueStatements, queueSql } from './queues.js';
 import { Runner } from './runner.js';
 import { ScheduleStatements, scheduleSql } from './schedule.js';
 import { StepStatements, stepSql } from './steps.js';
+import { SequenceStatements, sequenceSql } from './sequences.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
@@ -64,6 +66,7 @@ export class JobStore {
   readonly flows: FlowStatements;
   readonly neighbours: NeighbourStatements;
   readonly steps: StepStatements;
+  readonly sequences: SequenceStatements;
 
   /** `deleteCompleted`: `retention: { completed: 'delete' }` (completions delete the row and count it, §7). */
   constructor(schema: string, options: { deleteCompleted?: boolean } = {}) {
@@ -82,6 +85,7 @@ export class JobStore {
     this.flows = new FlowStatements(this.runner, flowSql(s));
     this.neighbours = new NeighbourStatements(this.runner, neighbourSql(s));
     this.steps = new StepStatements(this.runner, stepSql(s));
+    this.sequences = new SequenceStatements(this.runner, sequenceSql(s));
   }
 
   /** Runs every statement on `pool` as a named prepared statement (see Runner.prepareOn). */

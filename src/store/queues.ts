@@ -21,14 +21,22 @@ export interface QueueRow {
   group_concurrency: number | null;
   group_rate_limit: number | null;
   group_rate_period_ms: number | null;
+  /** §11 priority aging: all three set, or none. */
+  aging_every_ms: number | null;
+  aging_step: number | null;
+  aging_floor: number | null;
 }
 
 const QUEUE_COLUMNS =
-  'name, paused, concurrency, rate_limit, rate_period_ms, group_concurrency, group_rate_limit, group_rate_period_ms';
-/** A paused or limited queue: the plain claim leaves it to the limited claim (queues_restricted_idx). */
+  'name, paused, concurrency, rate_limit, rate_period_ms, group_concurrency, group_rate_limit, group_rate_period_ms, ' +
+  'aging_every_ms, aging_step, aging_floor';
+/**
+ * A paused, limited or aging queue: the plain claim leaves it to the limited claim
+ * (queues_restricted_idx; migration 19 added aging).
+ */
 const RESTRICTED = (q: string) =>
   `(${q}.paused OR ${q}.concurrency IS NOT NULL OR ${q}.rate_limit IS NOT NULL
-    OR ${q}.group_concurrency IS NOT NULL OR ${q}.group_rate_limit IS NOT NULL)`;
+    OR ${q}.group_concurrency IS NOT NULL OR ${q}.group_rate_limit IS NOT NULL OR ${q}.aging_every_ms IS NOT NULL)`;
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
 export function queueSql(s: string) {
@@ -38,14 +46,16 @@ export function queueSql(s: string) {
   return {
     /**
      * §8 configureQueue: one upsert, each setting changed only when given ($2, $3/$4, $5/$6/$7,
-     * $8/$9, $10/$11/$12 flags say which), so concurrent changes of different settings both hold.
+     * $8/$9, $10/$11/$12, $13/$14/$15/$16 (§11 aging) flags say which), so concurrent changes of
+     * different settings both hold.
      */
     queueConfigure: `
       INSERT INTO ${queues} AS q (${QUEUE_COLUMNS})
       VALUES ($1, coalesce($2::boolean, false), CASE WHEN $3 THEN $4::int END,
               CASE WHEN $5 THEN $6::int END, CASE WHEN $5 THEN $7::int END,
               CASE WHEN $8 THEN $9::int END,
-              CASE WHEN $10 THEN $11::int END, CASE WHEN $10 THEN $12::int END)
+              CASE WHEN $10 THEN $11::int END, CASE WHEN $10 THEN $12::int END,
+              CASE WHEN $13 THEN $14::int END, CASE WHEN $13 THEN $15::int END, CASE WHEN $13 THEN $16::int END)
       ON CONFLICT (name) DO UPDATE SET
         paused = coalesce($2::boolean, q.paused),
         concurrency = CASE WHEN $3 THEN $4::int ELSE q.concurrency END,
@@ -54,6 +64,9 @@ export function queueSql(s: string) {
         group_concurrency = CASE WHEN $8 THEN $9::int ELSE q.group_concurrency END,
         group_rate_limit = CASE WHEN $10 THEN $11::int ELSE q.group_rate_limit END,
         group_rate_period_ms = CASE WHEN $10 THEN $12::int ELSE q.group_rate_period_ms END,
+        aging_every_ms = CASE WHEN $13 THEN $14::int ELSE q.aging_every_ms END,
+        aging_step = CASE WHEN $13 THEN $15::int ELSE q.aging_step END,
+        aging_floor = CASE WHEN $13 THEN $16::int ELSE q.aging_floor END,
         updated_at = now()
       RETURNING ${QUEUE_COLUMNS}`,
 
@@ -103,12 +116,14 @@ export function queueSql(s: string) {
     queueClaimLimited: `
       WITH cfg AS MATERIALIZED (
         SELECT concurrency, rate_limit, rate_period_ms, group_rate_limit, group_rate_period_ms,
-               clock_timestamp() AS t
+               aging_every_ms, clock_timestamp() AS t
         FROM ${queues} WHERE name = $2 AND NOT paused
-          -- without the queue lock ($8) only a queue whose one limit is groupConcurrency (a
-          -- worker that read its settings before they changed claims nothing until it re-reads)
+          -- without the queue lock ($8) only a queue whose limit is groupConcurrency alone, or
+          -- that has none and ages (§11) (a worker that read its settings before they changed
+          -- claims nothing until it re-reads)
           AND NOT ($8::boolean AND (concurrency IS NOT NULL OR rate_limit IS NOT NULL
-                                    OR group_rate_limit IS NOT NULL OR group_concurrency IS NULL))
+                                    OR group_rate_limit IS NOT NULL
+                                    OR (group_concurrency IS NULL AND aging_every_ms IS NULL)))
       ), free AS MATERIALIZED (
         -- the room its limits leave (least() skips a limit that is not set)
         SELECT least(
@@ -124,6 +139,12 @@ export function queueSql(s: string) {
       ), picked AS MATERIALIZED (
         SELECT p.id AS pick_id, p.ord AS pick_ord FROM ${s}.pick_queue(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2,
                                                 (SELECT t FROM cfg), $6::text, $7::text) WITH ORDINALITY AS p(id, ord)
+        WHERE (SELECT aging_every_ms FROM cfg) IS NULL
+        UNION ALL
+        -- §11 a queue with priority aging: by effective priority (migration 19; only one branch runs)
+        SELECT p.id, p.ord FROM ${s}.pick_aged(coalesce((SELECT greatest(0, n) FROM room), 0), $4::text[], $2,
+                                               (SELECT t FROM cfg), $6::text, $7::text) WITH ORDINALITY AS p(id, ord)
+        WHERE (SELECT aging_every_ms FROM cfg) IS NOT NULL
       ), claimed AS (
         UPDATE ${jobs} SET
           status = 'running', worker_id = $1, attempts = attempts + 1, claims = claims + 1,
@@ -204,6 +225,10 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
       change.groupRateLimit !== undefined,
       change.groupRateLimit?.limit ?? null,
       change.groupRateLimit?.periodMs ?? null,
+      change.priorityAging !== undefined,
+      change.priorityAging?.everyMs ?? null,
+      change.priorityAging?.step ?? null,
+      change.priorityAging?.floor ?? null,
     ]);
     return rows[0] as QueueRow;
   }

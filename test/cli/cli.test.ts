@@ -97,6 +97,7 @@ const SUBCOMMANDS = [
   'pause',
   'resume',
   'configure-queue',
+  'sequences',
 ];
 
 interface Seed {
@@ -912,6 +913,39 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       `SELECT count(*)::int AS n FROM ${db.jobs} WHERE task = 'cli.scoped'`,
     );
     expect(rows[0]?.n).toBe(1);
+  });
+
+  // SPEC §11. Deliberate break seen failing: src/cli/enqueue.ts dropping --sequence (the job was
+  // pending, not waiting behind its key's head).
+  test('enqueue --sequence and sequences [--blocked] (SPEC §11): the key, its head and its queue', async () => {
+    const first = json(await run(['enqueue', 'cli.seq', '1', '--sequence', 'cli-acct', '--json'])) as {
+      id: string;
+    };
+    const second = json(await run(['enqueue', 'cli.seq', '2', '--sequence', 'cli-acct', '--json'])) as {
+      id: string;
+    };
+    expect((await row(second.id)).status).toBe('waiting');
+    const listed = json(
+      await run(['sequences', '--after', 'cli-acc', '--limit', '1', '--json']),
+    ) as unknown[];
+    // waiting until a claim's pass (another test's claim may run one) makes it pending
+    expect(listed).toEqual([
+      {
+        key: 'cli-acct',
+        headId: first.id,
+        headStatus: expect.stringMatching(/^(waiting|pending)$/),
+        queued: 1,
+      },
+    ]);
+    expect(ok(await run(['sequences', '--after', 'cli-acc', '--limit', '1']))).toMatch(
+      new RegExp(`^KEY +HEAD +HEAD STATUS +QUEUED\ncli-acct +${first.id} +(waiting|pending) +1\n`),
+    );
+    await db.sql(`UPDATE ${db.jobs} SET status = 'dead' WHERE id = $1`, [first.id]);
+    const blocked = json(await run(['sequences', '--blocked', '--json'])) as { key: string }[];
+    expect(blocked.filter((s) => s.key === 'cli-acct')).toEqual([
+      { key: 'cli-acct', headId: first.id, headStatus: 'dead', queued: 1 },
+    ]);
+    oneLineError(await run(['sequences', '--limit', '0']), 2, /--limit/);
   });
 
   test('prune --older-than 7d --json: deletes old finished rows only, no progress on stderr', async () => {

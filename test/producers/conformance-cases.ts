@@ -128,6 +128,11 @@ export const CASES: Case[] = [
   },
   { name: 'group with a queue', options: { queue: 'tenants', group: 'acme' }, expect: { created: true } },
   {
+    name: 'sequence (SPEC §11): stored, the job waits for its turn',
+    options: { sequence: 'account:42', queue: 'seq-q', priority: 3 },
+    expect: { created: true },
+  },
+  {
     name: 'onDependencyFailure run without dependsOn: not stored',
     options: { onDependencyFailure: 'run' },
     expect: { created: true },
@@ -428,14 +433,25 @@ export const CASES: Case[] = [
       why: 'Python has no such keyword: a TypeError, before the client runs',
     },
     expect: { field: 'options.dedupe_key' },
-    messagesDiffer: 'each lists its own known options (the library has client; SQL and HTTP have sequence)',
+    messagesDiffer: 'each lists its own known options (the library has client)',
+  },
+  { name: 'sequence empty', options: { sequence: '' }, expect: { field: 'sequence' } },
+  { name: 'sequence not a string', options: { sequence: 42 }, expect: { field: 'sequence' } },
+  {
+    name: 'sequence of 201 bytes',
+    options: { sequence: `${'é'.repeat(100)}x` },
+    expect: { field: 'sequence' },
   },
   {
-    name: 'sequence (SPEC §11, not available yet)',
-    options: { sequence: 'account:42' },
+    name: 'sequence with a dedupeKey',
+    options: { sequence: 'account:42', dedupeKey: 'k' },
     expect: { field: 'sequence' },
-    fieldOf: { library: 'options.sequence' },
-    messagesDiffer: 'the library does not know the option yet (issue 23); the others know it and refuse it',
+  },
+  {
+    name: 'sequence with dependsOn',
+    options: (ids) => ({ sequence: 'account:42', dependsOn: [ids.dep] }),
+    setup: dependency('pending'),
+    expect: { field: 'sequence' },
   },
   {
     name: 'a NaN in the payload',

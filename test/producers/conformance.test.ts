@@ -266,7 +266,9 @@ interface JobRow {
 }
 
 async function emptyTables(): Promise<void> {
-  await db.sql(`TRUNCATE ${s}.jobs, ${s}.job_dependencies, ${s}.dedupe_windows, ${s}.dependency_checks`);
+  await db.sql(
+    `TRUNCATE ${s}.jobs, ${s}.job_dependencies, ${s}.dedupe_windows, ${s}.dependency_checks, ${s}.sequence_arrivals`,
+  );
 }
 
 async function jobRows(): Promise<JobRow[]> {

@@ -395,7 +395,7 @@ describe('§1.11 bad input: a 22023 naming the field, nothing written, no hint',
       field: 'jobs[1].prio',
     },
     {
-      call: `${s}.enqueue_many('[{"task": "a"}, {"task": "b", "sequence": "s"}]')`,
+      call: `${s}.enqueue_many('[{"task": "a"}, {"task": "b", "sequence": "s", "dedupeKey": "k"}]')`,
       params: [],
       field: 'jobs[1].sequence',
     },

@@ -81,7 +81,7 @@ describe('migrations', () => {
     const rows = await db.sql<{ version: number }>(
       `SELECT version FROM ${quoteIdent(schema)}.migrations ORDER BY version`,
     );
-    expect(rows.map((r) => r.version)).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
+    expect(rows.map((r) => r.version)).toEqual(MIGRATIONS.map((m) => m.version));
   });
 
   test('ten queues in one process migrating one new schema at once all succeed', async () => {
@@ -95,7 +95,7 @@ describe('migrations', () => {
 
   test('migrate is idempotent', async () => {
     const queue = db.queue({ schema: 'idempotent' });
-    expect((await queue.migrate()).applied).toEqual(Array.from({ length: LATEST_VERSION }, (_, i) => i + 1));
+    expect((await queue.migrate()).applied).toEqual(MIGRATIONS.map((m) => m.version));
     expect(await queue.migrate()).toEqual({ schema: 'idempotent', applied: [], version: LATEST_VERSION });
   });
 

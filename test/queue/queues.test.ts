@@ -64,6 +64,7 @@ describe('configureQueue and queues()', () => {
       rateLimit: { limit: 10, periodMs: 60_000 },
       groupConcurrency: null,
       groupRateLimit: null,
+      priorityAging: null,
     });
     expect(await queue.configureQueue('mail', { concurrency: null, paused: false })).toMatchObject({
       concurrency: null,

@@ -229,7 +229,8 @@ def test_enqueue_many_refuses_the_whole_call(conn, other):
         ({"depends_on": "42"}, "dependsOn"),
         ({"depends_on": ["999999999"]}, "dependsOn"),
         ({"on_dependency_failure": "ignore"}, "onDependencyFailure"),
-        ({"sequence": "account:42"}, "sequence"),
+        ({"sequence": ""}, "sequence"),
+        ({"sequence": "account:42", "dedupe_key": "k"}, "sequence"),
         ({"group": "é" * 101}, "group"),
     ],
 )

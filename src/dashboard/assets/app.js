@@ -220,6 +220,38 @@ function renderSchedules({ schedules }) {
   }
 }
 
+// SPEC §11 the blocked sequences (head dead), each with its head job: a click opens the job,
+// whose detail offers requeue (runs it again, first) and cancel (skips it).
+function renderSequences({ sequences }) {
+  const body = $('sequences');
+  // Keys are data: shown as text nodes.
+  const rows = sequences.length
+    ? sequences.map((s) =>
+        el(
+          'tr',
+          { 'data-sequence': s.key },
+          el('td', {}, s.key),
+          el(
+            'td',
+            {},
+            el(
+              'button',
+              { type: 'button', class: 'link sequence-head', 'data-job': s.headId },
+              `#${s.headId}`,
+            ),
+          ),
+          el('td', {}, s.headStatus),
+          el('td', {}, String(s.queued)),
+        ),
+      )
+    : [el('tr', {}, el('td', { colspan: '4', class: 'muted' }, 'No blocked sequences.'))];
+  const html = rows.map((row) => row.outerHTML).join('');
+  if (body.dataset.html !== html) {
+    body.replaceChildren(...rows);
+    body.dataset.html = html;
+  }
+}
+
 async function toggleQueue(button) {
   const name = button.dataset.name;
   const action = button.dataset.paused === 'true' ? 'resume' : 'pause';
@@ -961,16 +993,18 @@ async function refresh() {
 }
 
 async function refreshOverview() {
-  const [ops, queues, page, history, schedules] = await Promise.all([
+  const [ops, queues, page, history, schedules, sequences] = await Promise.all([
     api('/ops'),
     api('/queues'),
     api(`/jobs${jobQuery()}`),
     api('/history'),
     api('/schedules'),
+    api('/sequences?blocked=true&limit=100'),
   ]);
   renderOps(ops);
   renderQueues(queues);
   renderSchedules(schedules);
+  renderSequences(sequences);
   renderJobs(page);
   renderDepth(history.depth);
   renderThroughput(history.throughput);
@@ -1026,6 +1060,10 @@ $('page-newest').addEventListener('click', () => {
 $('queues').addEventListener('click', (event) => {
   const button = event.target.closest('.queue-toggle');
   if (button) void toggleQueue(button);
+});
+$('sequences').addEventListener('click', (event) => {
+  const button = event.target.closest('button.sequence-head');
+  if (button) void openJob(button.dataset.job);
 });
 $('schedules').addEventListener('click', (event) => {
   const button = event.target.closest('.schedule-toggle');

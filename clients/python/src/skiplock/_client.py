@@ -139,7 +139,8 @@ def enqueue(
     :param delay_ms: earliest start, in milliseconds after the database's ``now()``.
     :param timeout_ms: deadline of one attempt.
     :param depends_on: job ids this job waits for (SPEC §10); not with a dedupe key.
-    :param sequence: SPEC §11 (refused until sequences exist in the database function).
+    :param sequence: a sequence key (SPEC §11): jobs sharing it run one at a time, in id order;
+        not with a dedupe key or ``depends_on``.
     :param group: a group key (a tenant): round-robin between groups, per-group limits.
     :param on_dependency_failure: ``"cancel"`` (default) or ``"run"``.
     :param schema: the schema Skiplock was migrated into.
