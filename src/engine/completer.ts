@@ -11,8 +11,11 @@
  */
 import { type BatchCallbacks, Batcher } from '../core/batcher.js';
 import type { Executor } from '../db/executor.js';
+import type { BatchOutcome, SettledStatus } from '../store/outcome.js';
 import type { Lease } from '../types.js';
 import type { EngineCore as Engine } from './engine-core.js';
+
+export type { BatchOutcome, SettledStatus } from '../store/outcome.js';
 
 /** Most completions in one statement. */
 const MAX_BATCH = 1_000;
@@ -62,6 +65,15 @@ export class Completer {
   completeMany(items: readonly { lease: Lease; resultJson: string }[]): Promise<boolean[]> {
     this.engine.assertOpen();
     return this.engine.store.outcome.completeMany(this.engine.pool, items);
+  }
+
+  /**
+   * §11 a batch's outcomes in one statement, each row under its own lease; per item what it
+   * became, or `unwritten` (lease gone, or left to the single-job statements: see settleMany).
+   */
+  settleMany(items: readonly BatchOutcome[]): Promise<SettledStatus[]> {
+    this.engine.assertOpen();
+    return this.engine.store.outcome.settleMany(this.engine.pool, items);
   }
 
   /**
