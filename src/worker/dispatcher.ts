@@ -9,6 +9,8 @@
 import type { Engine } from '../engine/engine.js';
 import type { Tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
+import { executeBatch } from './batch-executor.js';
+import { BatchRun } from './batch-run.js';
 import type { WorkerEvents } from './events.js';
 import { type ExecutorHooks, execute, executorHooks } from './job-executor.js';
 import { JobRun } from './job-run.js';
@@ -155,6 +157,49 @@ export class Dispatcher {
       this.localQueue.push(runs);
     }
     this.dispatch();
+  }
+
+  /**
+   * §11 how many jobs of a batch task a claim may take now (at most `maxSize`): the slots no
+   * handler runs in and no held job waits for — a batch takes `items.length` of the worker's
+   * concurrency, and starts at once (batches are never held).
+   */
+  batchRoom(maxSize: number): number {
+    if (!this.deps.running()) return 0;
+    const free = this.deps.settings.concurrency - this.executing - this.localQueue.size;
+    return Math.max(0, Math.min(maxSize, free));
+  }
+
+  /**
+   * §11 starts a batch of `task`'s jobs at once, one claim's worth: a run per job (each lease
+   * renewed, clocked and written as its own), one handler call for all of them.
+   */
+  startBatch(task: string, jobs: ClaimedJob[], sentAt: number): void {
+    const { settings } = this.deps;
+    const entry = settings.tasks.get(task);
+    const batchEntry = entry?.batch;
+    if (!batchEntry) throw new Error(`No batch handler for task "${task}" in this worker`);
+    const options = {
+      timeoutMs: null,
+      leaseMs: settings.leaseMs,
+      graceMs: settings.abortGraceMs,
+      claimSentAt: sentAt,
+      onLeaseExpired: this.leaseExpired,
+    };
+    const members = jobs.map((job) => new JobRun(job, options));
+    for (const run of members) this.runs.add(run);
+    this.claimed += members.length;
+    // the task's timeout bounds the call, else the tightest of its jobs' own
+    let timeoutMs = entry?.timeoutMs ?? null;
+    if (timeoutMs === null)
+      for (const job of jobs)
+        if (job.timeoutMs !== null) timeoutMs = Math.min(timeoutMs ?? job.timeoutMs, job.timeoutMs);
+    const batch = new BatchRun(task, members, timeoutMs, settings.abortGraceMs);
+    batch.start();
+    this.executing += members.length;
+    this.live += members.length;
+    // it reports what fails, and ends every run in finished()
+    executeBatch(batch, batchEntry, this.hooks.deps);
   }
 
   /**
