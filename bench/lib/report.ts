@@ -168,6 +168,14 @@ export function rows(config: Config): Row[] {
       unit: 'jobs/s',
       better: 'higher',
     },
+    {
+      workload: 'W-batch',
+      metric: 'jobsPerSec',
+      label: `W-batch drain ${n(s.wBatchJobs)} no-op jobs with a batch handler of ${s.wBatchSize}, ${s.wBatchInFlight} batches at once, 1 process (graphile-worker: its batch jobs, ${n(s.wBatchJobs / s.wBatchSize)} jobs of ${s.wBatchSize} items; BullMQ: Pro only)`,
+      short: 'W-batch drain',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
     ...s.w7Processes.map(
       (processes): Row => ({
         workload: 'W7',

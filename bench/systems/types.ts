@@ -58,6 +58,11 @@ export interface ConsumerOptions {
   onAck?(payload: BenchPayload): void;
   /** Workflows: the consumer runs flows (pg-boss: its flow resolver at its shortest interval). */
   flows?: boolean;
+  /**
+   * W-batch (SPEC §11): the consumer runs the jobs through the system's batch handler, up to
+   * this many jobs per call (and `concurrency` jobs at once in all).
+   */
+  batchSize?: number;
 }
 
 export interface Consumer {
@@ -123,6 +128,15 @@ export interface SystemDriver {
   limitGroups?(n: number): Promise<void>;
   /** W9: why the system has no per-group concurrency limit (for the report). */
   readonly noGroups?: string;
+  /**
+   * W-batch: how the system runs many jobs in one handler call — `handler` (its worker hands a
+   * handler many jobs: Skiplock, pg-boss), `payload` (graphile-worker's "batch jobs": one job
+   * whose payload is an array of items, which the producer must build), or absent with
+   * {@link noBatch} saying why.
+   */
+  readonly batching?: 'handler' | 'payload';
+  /** W-batch: why the system is not run (for the report). */
+  readonly noBatch?: string;
   /** Workflows: a producer of flows; absent when the open-source system has no job dependencies. */
   flowProducer?(): Promise<FlowProducer>;
   /** Workflows: what the system's flows can express. */
