@@ -204,8 +204,9 @@ async function writePlans(
     const permanent = isPermanent(plan.error) || !retryWanted(plan.error, retryIf, deps);
     return { lease, kind: 'fail', errorText: errorText(plan.error), retryInMs, permanent };
   });
+  // one statement, shared with other batches that finish in the same turn
   const statuses = await persist(batch, deps, 'writing the outcomes of a batch', () =>
-    completer.settleMany(outcomes),
+    completer.settleBatched(outcomes),
   );
   if (statuses === undefined) return 'unwritten';
   const tally = new Set<AttemptOutcome>();

@@ -160,14 +160,17 @@ export class Dispatcher {
   }
 
   /**
-   * §11 how many jobs of a batch task a claim may take now (at most `maxSize`): the slots no
-   * handler runs in and no held job waits for — a batch takes `items.length` of the worker's
-   * concurrency, and starts at once (batches are never held).
+   * §11 how many jobs of a batch task a claim may take now: the slots no handler runs in and no
+   * held job waits for — a batch takes `items.length` of the worker's concurrency, and starts at
+   * once (batches are never held). With room for several full batches, a whole number of them
+   * (at most 1,000 jobs): one statement claims them, and each batch is still claimed in one
+   * statement; with less, what is free.
    */
   batchRoom(maxSize: number): number {
     if (!this.deps.running()) return 0;
     const free = this.deps.settings.concurrency - this.executing - this.localQueue.size;
-    return Math.max(0, Math.min(maxSize, free));
+    if (free < maxSize) return Math.max(0, free);
+    return Math.max(maxSize, Math.floor(Math.min(free, MAX_CLAIM_BATCH) / maxSize) * maxSize);
   }
 
   /**

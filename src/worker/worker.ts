@@ -448,8 +448,9 @@ export class Worker extends EventEmitter {
   }
 
   /**
-   * §11 the claim loop of a batch task: one statement claims up to `maxSize` of its jobs (no more
-   * than the worker's free slots; §8 limits count each job), which start at once as one batch.
+   * §11 the claim loop of a batch task: one statement claims its jobs for as many batches of
+   * `maxSize` as the free slots allow (at most 1,000 jobs; §8 limits count each job), which start
+   * at once, each batch's jobs from that one statement.
    * After a claim that came back short, the next one first waits `maxWaitMs` for a trickle of
    * jobs to gather (cut short by stop()); after a full one it claims again at once while room
    * lasts.
@@ -485,10 +486,13 @@ export class Worker extends EventEmitter {
       nextDueInMs: (sinceMs) => engine.nextDueInMs(tasks, settings.queues, sinceMs),
       freeSlots: () => this.dispatcher.batchRoom(entry.maxSize),
       accept: (jobs, sentAt) => {
-        try {
-          this.dispatcher.startBatch(task, jobs, sentAt);
-        } catch (error) {
-          onError(error, `starting a batch of task "${task}"`);
+        // one claim may bring several batches' worth: each batch takes up to maxSize of them
+        for (let from = 0; from < jobs.length; from += entry.maxSize) {
+          try {
+            this.dispatcher.startBatch(task, jobs.slice(from, from + entry.maxSize), sentAt);
+          } catch (error) {
+            onError(error, `starting a batch of task "${task}"`);
+          }
         }
         loop.slotFreed(); // room left: the next batch at once
       },

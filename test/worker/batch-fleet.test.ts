@@ -1,6 +1,7 @@
 /**
  * SPEC §11 batch handlers across processes, through the real CLI: 4 `skiplock worker`
- * processes (concurrency 100) drain 10,000 jobs — two batch tasks of maxSize 100
+ * processes (concurrency 100; BATCH_FLEET_CONCURRENCY=250 makes each claim take two batches'
+ * worth, split in the worker) drain 10,000 jobs — two batch tasks of maxSize 100
  * (test/worker/fixtures/batch-tasks.ts) and a single-job task beside them. Each batch records
  * itself in a ledger table from its handler. Every job must end `done` with attempts 1 and its
  * own result, completed exactly once (a trigger counts the updates that leave a row `done`);
@@ -9,12 +10,11 @@
  * The workers then stop on SIGTERM with exit code 0.
  *
  * Deliberate breaks seen failing (each made in src/, this file run, the break undone):
- *  1. The batch claim loop claiming every task of the worker (`tasks: settings.taskNames`
- *     instead of `[task]` in Worker.batchLoop): "batches of one task only" failed (batches mixed
- *     fleet.a, fleet.b and fleet.single jobs).
- *  2. Dispatcher.batchRoom not capped at maxSize (`free` alone): "no batch over 100" failed
- *     (batches of up to the worker's 100 + … free slots: 100 was still the cap by concurrency,
- *     so the break was made with --concurrency 150: batches of 150 appeared).
+ *  1. The batch claim loop claiming every task of the worker (`[...settings.tasks.keys()]`
+ *     instead of `[task]` in Worker.batchLoop): the test failed (batches mixed tasks).
+ *  2. Worker.batchLoop's accept starting one batch with the whole claim instead of splitting it
+ *     by maxSize, run with BATCH_FLEET_CONCURRENCY=250 (claims of 200): the test failed (batches
+ *     over 100).
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -9,17 +9,17 @@
  * task's schema types (and checks) each item.
  *
  * Deliberate breaks seen failing (each made in src/, this file run, the break undone):
- *  1. settleMany without its `cancel_requested_at IS NOT NULL THEN 'cancelled'` branch
- *     (src/store/outcome.ts): "a job cancelled while its batch runs…" failed (the job ended done).
- *  2. planOutcomes ignoring per-item Errors (every array entry taken as a result): "a mixed
- *     result array…" failed (the Error entries were stored as results, `{}`).
- *  3. The `value.length === itemCount` check removed: "an array of another length…" failed (the
- *     jobs ended done, the missing ones with result null).
- *  4. BatchRun.memberAborted ignoring 'lost': "a lost lease aborts the batch…" failed (the
- *     handler's signal never aborted; the test timed out waiting for it).
- *  5. The batch claim loop without its maxWaitMs wait (src/worker/worker.ts batchLoop): "maxWaitMs
- *     fills a batch…" failed (batches of 1–2 jobs from the trickle).
- *  6. Dispatcher.batchRoom returning maxSize regardless of free slots: "a batch takes
+ *  1. settleMany's `WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'` made `WHEN false`
+ *     (src/store/outcome.ts): "a job cancelled while its batch runs…" and "a cancel committed
+ *     while the statement waits…" failed (the job ended done).
+ *  2. planOutcomes never taking an entry as an Error: "a mixed result array…" failed.
+ *  3. The `value.length === itemCount` check removed (any array accepted): "an array of another
+ *     length…" failed (the jobs ended done).
+ *  4. BatchRun.memberAborted marking a lost job without aborting the batch: "a lost lease aborts
+ *     the batch…" failed (the handler's signal never aborted).
+ *  5. The batch claim loop without its maxWaitMs wait (Worker.batchLoop): "maxWaitMs fills a
+ *     batch…" failed (more, smaller batches).
+ *  6. Dispatcher.batchRoom returning maxSize when fewer slots are free: "a batch takes
  *     items.length of the concurrency…" failed (a batch of 10 with concurrency 4).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
