@@ -127,7 +127,7 @@ export const FULL: Sizes = {
   flowScanFinished: 200_000,
   wBatchJobs: 50_000,
   wBatchSize: 100,
-  wBatchInFlight: 2,
+  wBatchInFlight: 10,
 };
 
 export const QUICK: Sizes = {
