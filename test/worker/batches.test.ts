@@ -21,6 +21,9 @@
  *     batch…" failed (the first batch held the first job alone).
  *  6. Dispatcher.batchRoom returning maxSize when fewer slots are free: "a batch takes
  *     items.length of the concurrency…" failed (a batch of 10 with concurrency 4).
+ *  7. Worker.batchLoop giving its limited claims no room (`idle: 0`, so only the plain claim,
+ *     which leaves limited queues out): "a limited queue counts each job…" failed (its jobs were
+ *     never claimed). The limit itself is the limited claim's (test/queue/limits.test.ts).
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, test } from 'vitest';
@@ -444,6 +447,41 @@ describe('gathering batches', () => {
     expect(Math.max(...sizes)).toBeLessThanOrEqual(4);
     expect(most).toBeLessThanOrEqual(4);
     expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
+  });
+});
+
+describe('queue limits (§8)', () => {
+  test('a limited queue counts each job of a batch: never more running than its concurrency', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('batch-limited', { concurrency: 3 });
+    try {
+      await enqueueAll('batch.limited', 10, { queue: 'batch-limited' });
+      const sizes: number[] = [];
+      let runningNow = 0;
+      let most = 0;
+      const worker = await startWorker(db, {
+        queue,
+        concurrency: 20,
+        tasks: {
+          'batch.limited': {
+            batch: { maxSize: 10 },
+            handler: async (items: BatchItem[]) => {
+              sizes.push(items.length);
+              runningNow += items.length;
+              most = Math.max(most, runningNow);
+              await sleep(30);
+              runningNow -= items.length;
+            },
+          },
+        },
+      });
+      await within(settled(worker, 10), 20_000, 'ten jobs done');
+      expect(sizes.reduce((a, b) => a + b, 0)).toBe(10);
+      expect(Math.max(...sizes), `batch sizes ${sizes.join(', ')}`).toBeLessThanOrEqual(3);
+      expect(most).toBeLessThanOrEqual(3);
+    } finally {
+      await queue.configureQueue('batch-limited', { concurrency: null });
+    }
   });
 });
 
