@@ -65,6 +65,13 @@ export class Dispatcher {
   claimed = 0;
   /** Runs started and not yet finished (running, or writing their outcome). */
   private live = 0;
+  /**
+   * Slots held by batch claims in flight (their jobs start at once on arrival): no held job
+   * starts in them, and no other claim counts them as free. One count for every claim loop.
+   */
+  private reservedBatch = 0;
+  /** Jobs asked for by the main loop's claim in flight (they join the local queue on arrival). */
+  private reservedHeld = 0;
 
   constructor(private readonly deps: DispatcherDeps) {
     const { settings, engine } = deps;
@@ -113,7 +120,8 @@ export class Dispatcher {
     // `prefetch: 0` keeps its promise (docs/worker.md): no job is claimed while an outcome is
     // still unwritten, so a crash in the next job can never cost one that already succeeded
     const writing = prefetch === 0 ? 0 : this.live - this.executing;
-    const room = window - (this.runs.size - Math.min(writing, window));
+    const room =
+      window - (this.runs.size - Math.min(writing, window)) - this.reservedBatch - this.reservedHeld;
     if (this.localQueue.size > 0 && room < Math.max(1, Math.floor(window / 4))) return 0;
     return Math.min(room, MAX_CLAIM_BATCH);
   }
@@ -125,7 +133,28 @@ export class Dispatcher {
    */
   limitedRoom(): number {
     if (!this.deps.running()) return 0;
-    return Math.max(1, this.deps.settings.concurrency - this.executing);
+    return Math.max(1, this.deps.settings.concurrency - this.executing - this.reservedBatch);
+  }
+
+  /**
+   * Holds `n` slots while a claim for them is in flight, `batch` for a batch task's claim (its
+   * jobs start at once), else the main loop's (its jobs are held first). Synchronous, with the
+   * measure of the room, so that several claim loops never take the same slots (SPEC §11).
+   */
+  reserve(n: number, batch: boolean): void {
+    if (batch) this.reservedBatch += n;
+    else this.reservedHeld += n;
+  }
+
+  /** Gives back what reserve() held (the claim's jobs are accepted right after, or it failed). */
+  unreserve(n: number, batch: boolean): void {
+    if (batch) this.reservedBatch -= n;
+    else this.reservedHeld -= n;
+    // after the claim's jobs are accepted (same turn): what it did not use starts held jobs
+    queueMicrotask(() => {
+      this.dispatch();
+      this.deps.onFreed();
+    });
   }
 
   /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
@@ -168,7 +197,12 @@ export class Dispatcher {
    */
   batchRoom(maxSize: number): number {
     if (!this.deps.running()) return 0;
-    const free = this.deps.settings.concurrency - this.executing - this.localQueue.size;
+    const free =
+      this.deps.settings.concurrency -
+      this.executing -
+      this.localQueue.size -
+      this.reservedBatch -
+      this.reservedHeld;
     if (free < maxSize) return Math.max(0, free);
     return Math.max(maxSize, Math.floor(Math.min(free, MAX_CLAIM_BATCH) / maxSize) * maxSize);
   }
@@ -243,7 +277,8 @@ export class Dispatcher {
 
   /** Starts held jobs while slots are free. */
   private dispatch(): void {
-    while (this.executing < this.deps.settings.concurrency && this.deps.running()) {
+    // slots held for a batch claim in flight are taken: its jobs start at once when they come
+    while (this.executing + this.reservedBatch < this.deps.settings.concurrency && this.deps.running()) {
       const run = this.localQueue.take();
       if (run === null) return;
       this.start(run);

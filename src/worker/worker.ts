@@ -168,6 +168,8 @@ export class Worker extends EventEmitter {
         ? (sinceMs) => engine.nextDueInMs(settings.taskNames, settings.queues, sinceMs)
         : async () => null,
       freeSlots: () => this.dispatcher.capacity(),
+      reserve: (n) => this.dispatcher.reserve(n, false),
+      unreserve: (n) => this.dispatcher.unreserve(n, false),
       accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
       onError,
@@ -462,15 +464,17 @@ export class Worker extends EventEmitter {
     const tasks = [task];
     let short = true;
     const loop: ClaimLoop = new ClaimLoop({
-      claim: async (room) => {
-        let limit = room;
-        if (short && entry.maxWaitMs > 0) {
+      // the wait comes before the room is measured, reserved and the claim sent: the leases of
+      // what it brings run from the claim, not from the start of the wait
+      beforeClaim: async () => {
+        if (short && entry.maxWaitMs > 0)
           await sleep(entry.maxWaitMs, undefined, { signal: this.stopRequested.signal }).catch(
             () => undefined,
           );
-          limit = Math.min(limit, this.dispatcher.batchRoom(entry.maxSize));
-          if (limit <= 0) return { jobs: [], waitMs: null, leftWork: true };
-        }
+      },
+      reserve: (n) => this.dispatcher.reserve(n, true),
+      unreserve: (n) => this.dispatcher.unreserve(n, true),
+      claim: async (limit) => {
         const result = await claimWithLimits(engine, {
           workerId: this.workerId,
           onError,
