@@ -33,6 +33,8 @@ export interface ChildSpec {
   handlerMs?: number;
   /** W9: at most this many running jobs per group (systems that set it on the consumer). */
   groupConcurrency?: number;
+  /** W-batch: the consumer's batch handler takes up to this many jobs per call. */
+  batchSize?: number;
   /**
    * W2 --profile: the child first enqueues `jobs` jobs itself (batch API, `chunk` per call; the
    * producer stays open, idle, until the end), sends 'waiting' with that phase's figures, and
@@ -196,6 +198,7 @@ async function main(): Promise<void> {
         ...(spec.deleteCompleted ? { deleteCompleted: true } : {}),
         ...(spec.handlerMs ? { handlerMs: spec.handlerMs } : {}),
         ...(spec.groupConcurrency ? { groupConcurrency: spec.groupConcurrency } : {}),
+        ...(spec.batchSize ? { batchSize: spec.batchSize } : {}),
         ...flowHooks,
       }),
       60_000,

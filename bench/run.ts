@@ -33,7 +33,21 @@ import {
 import type { StatementRow } from './lib/statements.js';
 import { fmt, quietly, reason, withTimeout } from './lib/util.js';
 import { w4Sql } from './lib/w4-sql.js';
-import { type Metrics, type RunContext, w1, w2, w3, w4, w5, w6, w7, w8, w9, wSeq } from './lib/workloads.js';
+import {
+  type Metrics,
+  type RunContext,
+  w1,
+  w2,
+  w3,
+  w4,
+  w5,
+  w6,
+  w7,
+  w8,
+  w9,
+  wBatch,
+  wSeq,
+} from './lib/workloads.js';
 import type { BullMQDriver } from './systems/bullmq.js';
 import { createDriver } from './systems/index.js';
 import { type BenchEnv, DISPLAY_NAMES, type SystemDriver, type SystemName } from './systems/types.js';
@@ -56,6 +70,7 @@ const RUNNERS: Partial<Record<WorkloadName, (driver: SystemDriver, ctx: RunConte
   W8: w8,
   W9: w9,
   'W-seq': wSeq,
+  'W-batch': wBatch,
   'W-flow-fanout': wFlowFanout,
   'W-flow-chain': wFlowChain,
   'W-flow-insert': wFlowInsert,
@@ -149,6 +164,7 @@ async function runWorkloads(
         if (workload === 'W9' && !driver.limitGroups) continue; // no group keys
         if (workload === 'W-seq' && !driver.strictFifo) continue; // no per-key FIFO
         if (workload === 'W4-sql' && !driver.sqlEnqueue) continue; // no SQL enqueue function
+        if (workload === 'W-batch' && !driver.batching) continue; // no batch handler (BullMQ: Pro only)
         if (workload.startsWith('W-flow') && !driver.flowProducer) continue; // no job dependencies
         const cell = byName[driver.name] ?? { values: {}, failed: null };
         byName[driver.name] = cell;

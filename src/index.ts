@@ -30,8 +30,13 @@ export {
 } from './errors.js';
 export { LATEST_VERSION, type MigrateResult } from './migrations/migrate.js';
 export { Queue, type QueueOptions } from './queue.js';
-export { defineTask, type TaskConfig } from './task/task.js';
+export { type BatchTaskConfig, defineTask, type TaskConfig } from './task/task.js';
 export type {
+  BatchContext,
+  BatchHandler,
+  BatchItem,
+  BatchOptions,
+  BatchTask,
   Handler,
   InferInput,
   InferOutput,
@@ -87,5 +92,5 @@ export {
   type SequencesOptions,
 } from './types.js';
 export type { WorkerEventName, WorkerEvents } from './worker/events.js';
-export type { TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';
+export type { BatchTaskDefinition, TaskDefinition, TaskMap, WorkerOptions } from './worker/options.js';
 export { Worker, type WorkerStats } from './worker/worker.js';

@@ -62,6 +62,63 @@ export interface Task<Input = unknown, Output = Input, Result = unknown> extends
   readonly handler: (payload: Output, ctx: JobContext<Input>) => Result | Promise<Result>;
   /** Marks a defined task (as opposed to a task name). */
   readonly kind: 'skiplock.task';
+  /** §11 set on a batch task ({@link BatchTask}): its handler gets many jobs at once. */
+  readonly batch?: BatchOptions;
+}
+
+/**
+ * SPEC §11 how a batch task's jobs are gathered: at most `maxSize` jobs (1–1,000) claimed in one
+ * statement; `maxWaitMs` (default 0) is how long the worker may wait, after a claim that came
+ * back short, for a trickle of jobs to gather before it claims the next batch.
+ */
+export interface BatchOptions {
+  readonly maxSize: number;
+  readonly maxWaitMs?: number;
+}
+
+/** One job of a batch: its payload (the schema's output for a defined task) and the claimed job. */
+export interface BatchItem<P = unknown, Stored = P> {
+  readonly payload: P;
+  readonly job: ClaimedJob<Stored>;
+}
+
+/**
+ * What a batch handler receives besides its items. Per-job tools (`progress`, `transaction`,
+ * `dependencies`) belong to single-job handlers and are not offered here.
+ */
+export interface BatchContext {
+  /**
+   * Aborted when the batch must stop: its deadline passed (`JobDeadlineExceeded`), the worker lost
+   * the lease of any of its jobs (`LeaseLostError`), or the worker is stopping past its timeout.
+   * A cancelled job does not abort the batch: it ends `cancelled` whatever the handler returns.
+   */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * SPEC §11 a batch task's handler: up to `maxSize` jobs of its task at once, in claim order.
+ * Return nothing to complete them all (result null), or an array of the same length: per job an
+ * `Error` fails it alone (retry, backoff, dead-letter by its own attempts; a `PermanentError`
+ * sends it dead), any other value is its result. A throw, or an array of another length, fails
+ * every job of the batch with that error.
+ */
+export type BatchHandler<P = unknown, Stored = P> = (
+  items: BatchItem<P, Stored>[],
+  ctx: BatchContext,
+) => BatchResult;
+
+/** What a batch handler returns: nothing, or one outcome per item (see {@link BatchHandler}). */
+// biome-ignore lint/suspicious/noConfusingVoidType: an async handler that returns nothing is typed Promise<void>.
+export type BatchResult = Promise<unknown[] | undefined | void> | unknown[] | undefined | void;
+
+/**
+ * A task defined with `batch` (SPEC §11): enqueued like any task (one job per payload), run by
+ * its {@link BatchHandler} many jobs at a time.
+ */
+export interface BatchTask<Input = unknown, Output = Input>
+  extends Omit<Task<Input, Output, unknown>, 'handler' | 'batch'> {
+  readonly batch: BatchOptions;
+  readonly handler: BatchHandler<Output, Input>;
 }
 
 /** What a handler receives besides the payload. */

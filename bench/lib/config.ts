@@ -15,6 +15,7 @@ export const WORKLOADS = [
   'W8',
   'W9',
   'W-seq',
+  'W-batch',
   ...FLOW_WORKLOADS,
   'pgbench',
 ] as const;
@@ -83,6 +84,13 @@ export interface Sizes {
   flowInFlight: number;
   /** W-flow-scan: unrelated done rows in the table while the flows run. */
   flowScanFinished: number;
+  /**
+   * W-batch (SPEC §11): `wBatchJobs` no-op jobs drained by one worker process with a batch
+   * handler of `wBatchSize` jobs, `wBatchInFlight` batches at once.
+   */
+  wBatchJobs: number;
+  wBatchSize: number;
+  wBatchInFlight: number;
 }
 
 export const FULL: Sizes = {
@@ -130,6 +138,9 @@ export const FULL: Sizes = {
   flowSmall: 2_000,
   flowInFlight: 16,
   flowScanFinished: 200_000,
+  wBatchJobs: 50_000,
+  wBatchSize: 100,
+  wBatchInFlight: 10,
 };
 
 export const QUICK: Sizes = {
@@ -157,6 +168,7 @@ export const QUICK: Sizes = {
   flowChain: 50,
   flowSmall: 200,
   flowScanFinished: 5_000,
+  wBatchJobs: 2_000,
 };
 
 export interface Config {
@@ -185,7 +197,7 @@ export const USAGE = `Usage: npm run bench -- [options]
   --reps N             repetitions of each workload (default 3; --quick: 1)
   --systems a,b        only these systems (skiplock, graphile-worker, pg-boss, bullmq,
                        bullmq-pg)
-  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W4-sql, W-seq, W-flow-fanout,
+  --workloads W1,W3    only these workloads (W1, W2, W2d, W3..W9, W4-sql, W-seq, W-batch, W-flow-fanout,
                        W-flow-chain, W-flow-insert, W-flow-scan, pgbench)
   --profile            W2 and W2d as a per-job budget: Node CPU, PostgreSQL CPU, WAL, GC and
                        allocation per job of one worker process that enqueues, then drains

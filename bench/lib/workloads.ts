@@ -149,6 +149,73 @@ export async function w2(driver: SystemDriver, ctx: RunContext, deleteCompleted 
 }
 
 /**
+ * W-batch (SPEC §11): `wBatchJobs` pre-enqueued no-op jobs drained by one worker process whose
+ * handler gets up to `wBatchSize` jobs per call, `wBatchInFlight` calls at once — Skiplock's batch
+ * task, pg-boss's work() with batchSize (perJobResults). graphile-worker has no handler that
+ * takes many jobs: its "batch jobs" are one job whose payload is an array, so it drains
+ * wBatchJobs / wBatchSize such jobs of wBatchSize items (an enqueue-side grouping: each item
+ * is no job of its own — no own retry, status or dedupe). Timed as W2.
+ */
+export async function wBatch(driver: SystemDriver, ctx: RunContext): Promise<Metrics> {
+  const { wBatchJobs, wBatchSize, wBatchInFlight, w1Chunk } = ctx.sizes;
+  await withTimeout(driver.reset(), 120_000, 'reset');
+  const items = payloads(wBatchJobs);
+  const withItems = driver as SystemDriver & {
+    enqueueBatchJobs?(payloads: readonly BenchPayload[], size: number): Promise<void>;
+  };
+  if (driver.batching === 'payload') {
+    if (!withItems.enqueueBatchJobs) throw new Error(`${driver.name}: no batch-job producer`);
+    await withTimeout(withItems.enqueueBatchJobs(items, wBatchSize), 120_000, 'pre-enqueue');
+  } else {
+    await using(async (defer) => {
+      const producer = await openProducer(driver, defer);
+      await withTimeout(
+        preload(producer, wBatchJobs, w1Chunk),
+        Math.max(120_000, wBatchJobs * 10),
+        'pre-enqueue',
+      );
+    });
+  }
+  const drainLimit = Math.max(120_000, wBatchJobs * 10);
+  const { child } = await WorkerChild.start({
+    system: driver.name,
+    env: ctx.env,
+    mode: 'drain',
+    // a batch job of graphile-worker is one job: as many at once as the others run batches
+    concurrency: driver.batching === 'payload' ? wBatchInFlight : wBatchSize * wBatchInFlight,
+    batchSize: wBatchSize,
+    expect: wBatchJobs,
+    lifetimeMs: drainLimit + 120_000,
+  });
+  try {
+    const handled = await child.next('handled', drainLimit);
+    let left = -1;
+    await waitFor(
+      async () => {
+        left = await driver.remaining();
+        return left === 0;
+      },
+      60_000,
+      `the last completions to be written (${left} unfinished)`,
+      5,
+    );
+    const endAt = wallNow();
+    const result = await child.stop();
+    const drainMs = endAt - result.firstJobAt;
+    return {
+      jobsPerSec: (wBatchJobs / drainMs) * 1000,
+      drainMs,
+      handlersDoneMs: (handled.at as number) - result.firstJobAt,
+      rssMb: result.maxRssBytes / 2 ** 20,
+      extraRuns: result.handled - wBatchJobs,
+      backgroundErrors: result.errors.length,
+    };
+  } finally {
+    child.kill();
+  }
+}
+
+/**
  * W3: an idle worker (in this process); jobs enqueued `w3IntervalMs` apart; enqueue call → handler
  * start. For the PostgreSQL systems, the breakdown of that time (lib/w3-parts.ts) from a trace of
  * the driver in this process; BENCH_TRACE_DUMP=dir writes each system's trace summary there.

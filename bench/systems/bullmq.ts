@@ -81,6 +81,9 @@ interface IORedis {
  * `backend()` returns and the connection options that `connection()` gives.
  */
 export abstract class BullMQBase {
+  /** W-batch: not run (see the report). */
+  readonly noBatch =
+    'batches (a processor that gets many jobs at once) are a BullMQ Pro feature (paid, not open source): not run';
   abstract readonly name: SystemName;
   readonly noGroups = 'groups and per-group limits are in BullMQ Pro only (not open source)';
   readonly noStrictFifo =

@@ -38,6 +38,12 @@ function poolSize(concurrency: number): number {
 export class GraphileWorkerDriver implements SystemDriver {
   readonly name = 'graphile-worker' as const;
   readonly deletesCompleted = 'always' as const;
+  /**
+   * W-batch: graphile-worker has no handler that takes many jobs; its "batch jobs" are one job
+   * whose payload is an array of items (merged by job_key at enqueue), which its task function
+   * gets whole: the producer builds such jobs (`enqueueBatchJobs`).
+   */
+  readonly batching = 'payload' as const;
   readonly noFlows =
     'no job dependencies: a job cannot wait for other jobs (a task can only add jobs as it runs)';
   readonly noConcurrencyLimit =
@@ -119,6 +125,24 @@ export class GraphileWorkerDriver implements SystemDriver {
     };
   }
 
+  /** W-batch: its "batch jobs": one job per `size` items, the payload an array of them (addJobs). */
+  async enqueueBatchJobs(payloads: readonly BenchPayload[], size: number): Promise<void> {
+    const gw = await this.load();
+    const utils = await gw.makeWorkerUtils({
+      connectionString: this.env.databaseUrl,
+      schema: GW_SCHEMA,
+      logger: this.logger(),
+    });
+    try {
+      const specs: { identifier: string; payload: unknown }[] = [];
+      for (let from = 0; from < payloads.length; from += size)
+        specs.push({ identifier: TASK, payload: payloads.slice(from, from + size) });
+      for (let from = 0; from < specs.length; from += 100) await utils.addJobs(specs.slice(from, from + 100));
+    } finally {
+      await utils.release();
+    }
+  }
+
   async consumer(options: ConsumerOptions): Promise<Consumer> {
     const gw = await this.load();
     const runner = await gw.run({
@@ -129,7 +153,12 @@ export class GraphileWorkerDriver implements SystemDriver {
       noHandleSignals: true,
       logger: this.logger(options.onError),
       taskList: {
-        [TASK]: async (payload: BenchPayload) => {
+        [TASK]: async (payload: BenchPayload | BenchPayload[]) => {
+          // W-batch: a batch job's payload is its items
+          if (Array.isArray(payload)) {
+            for (const item of payload) options.onJob(item);
+            return;
+          }
           options.onJob(payload);
           if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
         },

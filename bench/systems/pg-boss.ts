@@ -61,6 +61,8 @@ function batchSize(concurrency: number): number {
 export class PgBossDriver implements SystemDriver {
   readonly name = 'pg-boss' as const;
   readonly deletesCompleted = 'no' as const;
+  /** W-batch: work() with batchSize hands its handler many jobs (here with perJobResults, as Skiplock's per-job outcomes). */
+  readonly batching = 'handler' as const;
   readonly noSqlEnqueue =
     'no SQL function that enqueues: send() writes its INSERT from the client (its SQL functions manage queues)';
   readonly flowShapes: FlowShapes = {
@@ -202,8 +204,10 @@ export class PgBossDriver implements SystemDriver {
       await boss.work(
         TASK,
         {
-          batchSize: batchSize(options.concurrency),
-          localConcurrency: LOCAL_CONCURRENCY,
+          batchSize: options.batchSize ?? batchSize(options.concurrency),
+          localConcurrency: options.batchSize
+            ? Math.max(1, Math.ceil(options.concurrency / options.batchSize))
+            : LOCAL_CONCURRENCY,
           perJobResults: true,
           burstWhenBatchFull: true,
           pollingIntervalSeconds: 0.5,

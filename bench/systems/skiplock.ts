@@ -29,6 +29,7 @@ const PREFETCH = 1_000;
 export class SkiplockDriver implements SystemDriver {
   readonly name = 'skiplock' as const;
   readonly deletesCompleted = 'option' as const;
+  readonly batching = 'handler' as const;
   readonly flowShapes: FlowShapes = {
     root: true,
     api: 'queue.enqueueFlow(nodes) (one transaction), nodes { ref, task, payload, dependsOn: [refs] }; the Worker settings of W2',
@@ -165,11 +166,19 @@ export class SkiplockDriver implements SystemDriver {
       prefetch: PREFETCH,
       ...(options.deleteCompleted ? { retention: { completed: 'delete' as const } } : {}),
       tasks: {
-        [TASK]: async (payload: BenchPayload) => {
-          options.onJob(payload);
-          if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
-          options.onJobEnd?.(payload);
-        },
+        [TASK]: options.batchSize
+          ? {
+              // W-batch (SPEC §11): one call per batch; returning nothing completes them all
+              batch: { maxSize: options.batchSize },
+              handler: async (items: { payload: unknown }[]) => {
+                for (const item of items) options.onJob(item.payload as BenchPayload);
+              },
+            }
+          : async (payload: BenchPayload) => {
+              options.onJob(payload);
+              if (options.handlerMs) await new Promise((resolve) => setTimeout(resolve, options.handlerMs));
+              options.onJobEnd?.(payload);
+            },
       },
     });
     worker.on('error', ({ error }) => options.onError(error));

@@ -60,6 +60,11 @@ export interface ConsumerOptions {
   onAck?(payload: BenchPayload): void;
   /** Workflows: the consumer runs flows (pg-boss: its flow resolver at its shortest interval). */
   flows?: boolean;
+  /**
+   * W-batch (SPEC §11): the consumer runs the jobs through the system's batch handler, up to
+   * this many jobs per call (and `concurrency` jobs at once in all).
+   */
+  batchSize?: number;
 }
 
 export interface Consumer {
@@ -132,6 +137,14 @@ export interface SystemDriver {
   strictFifo?(): Promise<void>;
   /** W-seq: why the system has no per-key FIFO (for the report). */
   readonly noStrictFifo?: string;
+   * W-batch: how the system runs many jobs in one handler call — `handler` (its worker hands a
+   * handler many jobs: Skiplock, pg-boss), `payload` (graphile-worker's "batch jobs": one job
+   * whose payload is an array of items, which the producer must build), or absent with
+   * {@link noBatch} saying why.
+   */
+  readonly batching?: 'handler' | 'payload';
+  /** W-batch: why the system is not run (for the report). */
+  readonly noBatch?: string;
   /** Workflows: a producer of flows; absent when the open-source system has no job dependencies. */
   flowProducer?(): Promise<FlowProducer>;
   /** Workflows: what the system's flows can express. */

@@ -12,7 +12,7 @@
 /** One item's outcome of a flush. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown };
 
-export interface BatcherOptions {
+export interface BatcherOptions<I = unknown> {
   maxBatch: number;
   maxConcurrent: number;
   /**
@@ -22,6 +22,11 @@ export interface BatcherOptions {
    * while one is in flight wait for the next as before.
    */
   eager?: boolean;
+  /**
+   * Items of one group (pushed one after another) are never split across two flushes: a flush
+   * that would cut a group takes the rest of it too (so it may exceed `maxBatch` by one group).
+   */
+  groupOf?: (item: I) => unknown;
 }
 
 /**
@@ -46,7 +51,7 @@ type Answer<I, O> = BatchCallbacks<I, O> | Pending<O>;
 
 export class Batcher<I, O> {
   private readonly flush: (items: I[]) => Promise<Settled<O>[]>;
-  private readonly options: BatcherOptions;
+  private readonly options: BatcherOptions<I>;
   /** Items waiting for the next flush, and beside each (same position) how it is answered. */
   private items: I[] = [];
   private answers: Answer<I, O>[] = [];
@@ -54,7 +59,7 @@ export class Batcher<I, O> {
   private scheduled = false;
   private readonly idleWaiters: (() => void)[] = [];
 
-  constructor(flush: (items: I[]) => Promise<Settled<O>[]>, options: BatcherOptions) {
+  constructor(flush: (items: I[]) => Promise<Settled<O>[]>, options: BatcherOptions<I>) {
     this.flush = flush;
     this.options = options;
   }
@@ -116,12 +121,23 @@ export class Batcher<I, O> {
         this.items = [];
         this.answers = [];
       } else {
-        items = this.items.splice(0, this.options.maxBatch);
-        answers = this.answers.splice(0, this.options.maxBatch);
+        const cut = this.cutAt();
+        items = this.items.splice(0, cut);
+        answers = this.answers.splice(0, cut);
       }
       this.inFlight++;
       void this.run(items, answers);
     }
+  }
+
+  /** Where a flush of the waiting items ends: at `maxBatch`, or after the group that spans it. */
+  private cutAt(): number {
+    let cut = this.options.maxBatch;
+    const { groupOf } = this.options;
+    if (!groupOf) return cut;
+    const last = groupOf(this.items[cut - 1] as I);
+    while (cut < this.items.length && groupOf(this.items[cut] as I) === last) cut++;
+    return cut;
   }
 
   private async run(items: I[], answers: Answer<I, O>[]): Promise<void> {

@@ -11,8 +11,11 @@
  */
 import { type BatchCallbacks, Batcher } from '../core/batcher.js';
 import type { Executor } from '../db/executor.js';
+import type { BatchOutcome, SettledStatus } from '../store/outcome.js';
 import type { Lease } from '../types.js';
 import type { EngineCore as Engine } from './engine-core.js';
+
+export type { BatchOutcome, SettledStatus } from '../store/outcome.js';
 
 /** Most completions in one statement. */
 const MAX_BATCH = 1_000;
@@ -23,8 +26,52 @@ export interface Completion {
   readonly resultJson: string;
 }
 
+/** §11 one job's outcome in a batch, waiting to share a statement with other batches' (see settleBatched). */
+class PendingSettle {
+  constructor(
+    readonly outcome: BatchOutcome,
+    readonly position: number,
+    readonly batch: SettleGroup,
+  ) {}
+}
+
+/** §11 one batch's answers as they come back; settles its promise once all are in. */
+class SettleGroup {
+  readonly answers: SettledStatus[];
+  private left: number;
+  failed = false;
+  constructor(
+    size: number,
+    readonly resolve: (answers: SettledStatus[]) => void,
+    readonly reject: (error: unknown) => void,
+  ) {
+    this.answers = new Array<SettledStatus>(size);
+    this.left = size;
+  }
+  answer(position: number, status: SettledStatus): void {
+    this.answers[position] = status;
+    if (--this.left === 0 && !this.failed) this.resolve(this.answers);
+  }
+  fail(error: unknown): void {
+    if (this.failed) return;
+    this.failed = true;
+    this.reject(error);
+  }
+}
+
+const SETTLE_ANSWERS = {
+  resolve(item: PendingSettle, status: SettledStatus) {
+    item.batch.answer(item.position, status);
+  },
+  reject(item: PendingSettle, error: unknown) {
+    item.batch.fail(error);
+  },
+};
+
 export class Completer {
   private readonly batcher: Batcher<Completion, boolean>;
+  /** §11 batches' outcomes that finish together share one settleMany (each batch's still in one). */
+  private readonly settles: Batcher<PendingSettle, SettledStatus>;
 
   constructor(private readonly engine: Engine) {
     this.batcher = new Batcher(
@@ -34,6 +81,20 @@ export class Completer {
           value,
         })),
       { maxBatch: MAX_BATCH, maxConcurrent: 2 },
+    );
+    this.settles = new Batcher(
+      async (items) =>
+        (
+          await engine.store.outcome.settleMany(
+            engine.pool,
+            items.map((item) => item.outcome),
+          )
+        ).map((value) => ({
+          ok: true as const,
+          value,
+        })),
+      // a batch's outcomes are never split across two statements
+      { maxBatch: MAX_BATCH, maxConcurrent: 2, groupOf: (item) => item.batch },
     );
   }
 
@@ -62,6 +123,31 @@ export class Completer {
   completeMany(items: readonly { lease: Lease; resultJson: string }[]): Promise<boolean[]> {
     this.engine.assertOpen();
     return this.engine.store.outcome.completeMany(this.engine.pool, items);
+  }
+
+  /**
+   * §11 a batch's outcomes in one statement, each row under its own lease; per item what it
+   * became, or `unwritten` (lease gone, or left to the single-job statements: see settleMany).
+   */
+  settleMany(items: readonly BatchOutcome[]): Promise<SettledStatus[]> {
+    this.engine.assertOpen();
+    return this.engine.store.outcome.settleMany(this.engine.pool, items);
+  }
+
+  /**
+   * §11 as {@link settleMany}, sharing the statement with other batches whose outcomes arrive in
+   * the same turn of the event loop (about 1,000 rows, two statements in flight); a batch is never
+   * split across two statements.
+   * One answer per item, in input order; a failed statement rejects every batch in it.
+   */
+  settleBatched(items: readonly BatchOutcome[]): Promise<SettledStatus[]> {
+    this.engine.assertOpen();
+    if (items.length === 0) return Promise.resolve([]);
+    return new Promise<SettledStatus[]>((resolve, reject) => {
+      const group = new SettleGroup(items.length, resolve, reject);
+      for (let i = 0; i < items.length; i++)
+        this.settles.push(new PendingSettle(items[i] as BatchOutcome, i, group), SETTLE_ANSWERS);
+    });
   }
 
   /**
@@ -99,6 +185,6 @@ export class Completer {
 
   /** Resolves once no batch is in flight. */
   async idle(): Promise<void> {
-    await this.batcher.idle();
+    await Promise.all([this.batcher.idle(), this.settles.idle()]);
   }
 }

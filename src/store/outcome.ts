@@ -292,8 +292,74 @@ export function outcomeSql(s: string) {
       FROM released
       UNION ALL
       SELECT h.job_id::text, NULL, true, 0 FROM holder AS h WHERE h.id = 0`,
+
+    /**
+     * §11 a batch's outcomes in one statement, each row guarded by its own lease (§1.2/§1.3; rows
+     * found by primary key, see OPAQUE_RUNNING, locked in id order: the caller sorts): per job
+     * done with its result, or failed — pending again after its own retry delay, or dead when its
+     * own attempts are spent or the error is permanent (§1.8, §9) — and cancelled, whatever the
+     * handler returned, when cancellation was requested while the batch ran (read on the row as
+     * locked: a cancel that commits while this waits for the row is seen). §10 unblocks the
+     * completed jobs' dependents (see UNBLOCK); a dead or cancelled job's dependents follow
+     * through the status trigger, as for one job. Two cases are left to the single-job
+     * statements, and their rows not returned (the caller writes them next): a retry of a key of
+     * scope 'pending' (§8: the takeover of `fail`, decided under the key's lock) and, with $11
+     * (`retention: { completed: 'delete' }`), a completion (completeMany deletes and counts it).
+     * §8 wakes workers when a job of a keyed scope ends (as complete and fail do).
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 kinds ('done' | 'fail'), $6 results (one
+     * JSON array, in the same order), $7 error texts, $8 retry delays ms, $9 permanent,
+     * $10 channel, $11 completions deferred (delete-on-complete).
+     */
+    settleMany: `
+      WITH settled AS (
+        UPDATE ${jobs} AS j SET
+          status = CASE WHEN j.cancel_requested_at IS NOT NULL THEN 'cancelled'
+                        WHEN c.kind = 'done' THEN 'done'
+                        WHEN j.attempts >= j.max_attempts OR c.permanent THEN 'dead'
+                        ELSE 'pending' END,
+          result = CASE WHEN j.cancel_requested_at IS NULL AND c.kind = 'done'
+                        THEN $6::jsonb -> (c.ord::int - 1) ELSE j.result END,
+          run_after = CASE WHEN j.cancel_requested_at IS NULL AND c.kind = 'fail'
+                             AND j.attempts < j.max_attempts AND NOT c.permanent
+                           THEN now() + c.retry_ms * interval '1 millisecond' ELSE j.run_after END,
+          last_error = CASE WHEN j.cancel_requested_at IS NOT NULL
+                            THEN 'Cancelled: cancellation was requested while its batch ran'
+                            WHEN c.kind = 'fail' THEN c.error ELSE j.last_error END,
+          lease_until = NULL, worker_id = NULL, updated_at = now()
+        FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[], $5::text[], $7::text[], $8::float8[],
+                    $9::boolean[]) WITH ORDINALITY
+             AS c(id, worker_id, attempt, token, kind, error, retry_ms, permanent, ord)
+        WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
+          AND j.claims = c.token
+          -- left to fail (§8 takeover under the key's lock) and to completeMany (delete and count)
+          AND NOT (j.pending_key IS NOT NULL AND c.kind = 'fail' AND j.cancel_requested_at IS NULL
+                   AND j.attempts < j.max_attempts AND NOT c.permanent)
+          AND NOT ($11::boolean AND c.kind = 'done' AND j.cancel_requested_at IS NULL)
+        RETURNING c.ord, j.id, j.status, j.pending_key, j.has_dependents
+      ), done AS (
+        SELECT id, has_dependents FROM settled WHERE status = 'done'
+      ), ${UNBLOCK(s, 'done', '$10')}, notified AS (
+        SELECT pg_notify($10, 'jobs') FROM (SELECT 1 FROM settled WHERE pending_key IS NOT NULL LIMIT 1) AS any_keyed
+      )
+      SELECT ord::int AS ord, status, (SELECT count(*) FROM notified) AS notified,
+             (SELECT count(*) FROM unblocked)::int AS unblocked
+      FROM settled`,
   };
 }
+
+/** §11 one job's outcome in a batch: done with its result (JSON text), or failed. */
+export type BatchOutcome =
+  | { readonly lease: Lease; readonly kind: 'done'; readonly resultJson: string }
+  | {
+      readonly lease: Lease;
+      readonly kind: 'fail';
+      readonly errorText: string;
+      readonly retryInMs: number;
+      readonly permanent: boolean;
+    };
+
+/** What {@link OutcomeStatements.settleMany} wrote for one job; `unwritten`: left to the single-job statements. */
+export type SettledStatus = 'done' | 'pending' | 'dead' | 'cancelled' | 'unwritten';
 
 export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcomeSql>> {
   /**
@@ -349,6 +415,36 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       ]);
       for (const row of rows) answers[rest[row.ord - 1] as number] = true;
     }
+    return answers;
+  }
+
+  /**
+   * §11 a batch's outcomes in one statement; one answer per item, in input order: what it became,
+   * or `unwritten` — its lease is gone, or its write is left to the single-job statements (a
+   * retry of a key of scope 'pending', a completion that deletes the row).
+   */
+  async settleMany(db: Executor, batch: readonly BatchOutcome[]): Promise<SettledStatus[]> {
+    const answers = new Array<SettledStatus>(batch.length).fill('unwritten');
+    if (batch.length === 0) return answers;
+    const order = byId(
+      batch.map((_, i) => i),
+      (i) => (batch[i] as BatchOutcome).lease.id,
+    ); // one lock order for all batch statements
+    const items = order.map((i) => batch[i] as BatchOutcome);
+    const rows = await this.run<{ ord: number; status: SettledStatus }>(db, this.sql.settleMany, [
+      digitsArray(items.map((item) => item.lease.id)),
+      textArray(items.map((item) => item.lease.workerId)),
+      digitsArray(items.map((item) => item.lease.attempt)),
+      digitsArray(items.map((item) => item.lease.token)),
+      textArray(items.map((item) => item.kind)),
+      jsonArray(items.map((item) => (item.kind === 'done' ? item.resultJson : 'null'))),
+      items.map((item) => (item.kind === 'fail' ? item.errorText : null)),
+      items.map((item) => (item.kind === 'fail' ? item.retryInMs : 0)),
+      items.map((item) => item.kind === 'fail' && item.permanent),
+      this.channel,
+      this.deleteCompleted,
+    ]);
+    for (const row of rows) answers[order[row.ord - 1] as number] = row.status;
     return answers;
   }
 

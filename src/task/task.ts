@@ -11,6 +11,9 @@ import { toNewJob } from '../core/job-spec.js';
 import { optionsObject, rejectUnknownKeys, requireName } from '../core/validate.js';
 import { PermanentError, ValidationError } from '../errors.js';
 import type {
+  BatchHandler,
+  BatchOptions,
+  BatchTask,
   InferInput,
   InferOutput,
   JobContext,
@@ -34,7 +37,25 @@ export interface TaskConfig<S extends StandardSchemaV1, R> extends TaskSettings 
   handler: (payload: InferOutput<S>, ctx: JobContext<InferInput<S>>) => R | Promise<R>;
 }
 
+/**
+ * What {@link defineTask} takes for a batch task (SPEC §11): `batch` and a handler that gets the
+ * jobs' items (payloads typed from the schema) all at once.
+ */
+export interface BatchTaskConfig<S extends StandardSchemaV1> extends TaskSettings {
+  name: string;
+  schema: S;
+  /** At most `maxSize` jobs per call (1–1,000); `maxWaitMs` (default 0) to let a trickle gather. */
+  batch: BatchOptions;
+  handler: BatchHandler<InferOutput<S>, InferInput<S>>;
+}
+
+/** Most jobs in one batch: one claim statement takes at most this many. */
+export const MAX_BATCH_SIZE = 1_000;
+/** Longest `batch.maxWaitMs`: a batch's first job waits at most this long for company. */
+export const MAX_BATCH_WAIT_MS = 60_000;
+
 const CONFIG_KEYS = [
+  'batch',
   'name',
   'schema',
   'handler',
@@ -60,9 +81,15 @@ const CONFIG_KEYS = [
  * await queue.enqueue(sendEmail, { to: 'ada@example.com' });
  * new Worker({ queue, tasks: [sendEmail] });
  */
+export function defineTask<S extends StandardSchemaV1>(
+  config: BatchTaskConfig<S>,
+): BatchTask<InferInput<S>, InferOutput<S>>;
 export function defineTask<S extends StandardSchemaV1, R>(
   config: TaskConfig<S, R>,
-): Task<InferInput<S>, InferOutput<S>, Awaited<R>> {
+): Task<InferInput<S>, InferOutput<S>, Awaited<R>>;
+export function defineTask<S extends StandardSchemaV1, R>(
+  config: TaskConfig<S, R> | BatchTaskConfig<S>,
+): Task<InferInput<S>, InferOutput<S>, Awaited<R>> | BatchTask<InferInput<S>, InferOutput<S>> {
   const opts = optionsObject(config, 'task');
   rejectUnknownKeys(opts, CONFIG_KEYS, 'task');
   const name = requireName(opts.name, 'task.name');
@@ -95,11 +122,37 @@ export function defineTask<S extends StandardSchemaV1, R>(
       throw new ValidationError(at(`backoff.${error.field}`), error.message.slice(error.field.length + 2));
     }
   }
-  return Object.freeze({ ...opts, name, kind: 'skiplock.task' }) as unknown as Task<
+  const batch =
+    'batch' in opts && opts.batch !== undefined ? { batch: batchOptions(opts.batch, at('batch')) } : {};
+  return Object.freeze({ ...opts, ...batch, name, kind: 'skiplock.task' }) as unknown as Task<
     InferInput<S>,
     InferOutput<S>,
     Awaited<R>
   >;
+}
+
+/**
+ * §11 a task's `batch` option checked (a ValidationError names `field`), frozen, with its
+ * default `maxWaitMs` (0).
+ */
+export function batchOptions(value: unknown, field: string): Required<BatchOptions> {
+  const opts = optionsObject(value as Record<string, unknown> | undefined, field);
+  rejectUnknownKeys(opts, ['maxSize', 'maxWaitMs'], field);
+  const maxSize = opts.maxSize;
+  if (typeof maxSize !== 'number' || !Number.isInteger(maxSize) || maxSize < 1 || maxSize > MAX_BATCH_SIZE)
+    throw new ValidationError(`${field}.maxSize`, `must be an integer from 1 to ${MAX_BATCH_SIZE}`);
+  const maxWaitMs = opts.maxWaitMs ?? 0;
+  if (
+    typeof maxWaitMs !== 'number' ||
+    !Number.isFinite(maxWaitMs) ||
+    maxWaitMs < 0 ||
+    maxWaitMs > MAX_BATCH_WAIT_MS
+  )
+    throw new ValidationError(
+      `${field}.maxWaitMs`,
+      `must be a number of milliseconds from 0 to ${MAX_BATCH_WAIT_MS}`,
+    );
+  return Object.freeze({ maxSize, maxWaitMs });
 }
 
 /** Whether `value` is a task made by {@link defineTask}. */

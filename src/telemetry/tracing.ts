@@ -12,7 +12,7 @@
  * (the API's no-op): each call checks which provider the global proxy delegates to, and
  * returns at once when it is the no-op one.
  */
-import type { Attributes, Context, Span, Tracer } from '@opentelemetry/api';
+import type { Attributes, Context, Link, Span, Tracer } from '@opentelemetry/api';
 import { traceContextOf } from '../core/job-row.js';
 import type { NewJob } from '../core/job-spec.js';
 import type { ClaimedJob, EnqueueResult } from '../types.js';
@@ -34,7 +34,9 @@ export type AttemptOutcome =
   /** The outcome could not be written (the database away): the reaper recovers the job. */
   | 'unwritten'
   /** §12 ctx.sleep / ctx.waitForEvent suspended the job: it runs again later (attempt not spent). */
-  | 'suspended';
+  | 'suspended'
+  /** §11 a batch whose jobs ended in different ways (each job's event says how). */
+  | 'mixed';
 
 /**
  * The spans of one process (shared by its Queues and Workers: the API's global provider,
@@ -99,6 +101,22 @@ export class Tracing {
       return tracer === null ? null : startProcess(api, tracer, job);
     } catch (error) {
       report(api, 'starting a consumer span', error);
+      return null;
+    }
+  }
+
+  /**
+   * §11 one CONSUMER span for a batch of `jobs` (one task), linked to each job's producer span;
+   * null when not tracing.
+   */
+  processBatch(jobs: readonly ClaimedJob[]): ProcessSpan | null {
+    const api = otelApi();
+    if (!api) return null;
+    try {
+      const tracer = this.activeTracer(api);
+      return tracer === null ? null : startBatch(api, tracer, jobs);
+    } catch (error) {
+      report(api, 'starting a batch consumer span', error);
       return null;
     }
   }
@@ -248,6 +266,38 @@ function startProcess(api: OtelApi, tracer: Tracer, job: ClaimedJob): ProcessSpa
     parent,
   );
   return new ProcessSpan(api, span, api.trace.setSpan(parent, span));
+}
+
+function startBatch(api: OtelApi, tracer: Tracer, jobs: readonly ClaimedJob[]): ProcessSpan {
+  const links: Link[] = [];
+  for (const job of jobs) {
+    const stored = traceContextOf(job);
+    const carrier = stored === null ? null : parseCarrier(stored);
+    if (carrier === null) continue;
+    const producer = api.trace.getSpanContext(api.propagation.extract(api.ROOT_CONTEXT, carrier));
+    if (producer && api.isSpanContextValid(producer))
+      links.push({ context: producer, attributes: { 'messaging.message.id': job.id } });
+  }
+  const first = jobs[0] as ClaimedJob;
+  const span = tracer.startSpan(
+    `process ${first.task}`,
+    {
+      kind: api.SpanKind.CONSUMER,
+      root: true, // a new trace per batch, linked to each job's producer span
+      links,
+      attributes: {
+        'messaging.system': SYSTEM,
+        'messaging.operation.type': 'process',
+        'messaging.operation.name': 'process',
+        'messaging.destination.name': first.queue,
+        'messaging.batch.message_count': jobs.length,
+        'skiplock.task': first.task,
+        'skiplock.worker.id': first.workerId,
+      },
+    },
+    api.ROOT_CONTEXT,
+  );
+  return new ProcessSpan(api, span, api.trace.setSpan(api.ROOT_CONTEXT, span));
 }
 
 /** One attempt's CONSUMER span: the handler runs inside it; the outcome ends it. */

@@ -30,6 +30,18 @@ export interface ClaimLoopDeps {
   nextDueInMs(sinceMs: number): Promise<number | null>;
   freeSlots(): number;
   /**
+   * Optional: awaited before the free slots are measured and the claim is sent (a batch task's
+   * `maxWaitMs`). The leases of what the claim brings run from after it, not from before.
+   */
+  beforeClaim?(): Promise<void>;
+  /**
+   * Optional: holds `n` slots while a claim for them is in flight (called synchronously when the
+   * claim is sent), so that the other claim loops of the worker never count them as free too.
+   */
+  reserve?(n: number): void;
+  /** Gives back the `n` slots held by reserve(), synchronously just before accept() (or on failure). */
+  unreserve?(n: number): void;
+  /**
    * Takes the jobs of one claim (must not throw). `sentAt` (performance.now()) is when the claim
    * was sent: their leases run from then at the latest.
    */
@@ -126,13 +138,25 @@ export class ClaimLoop {
   private async runPass(rethrow: boolean): Promise<void> {
     do {
       this.again = false;
+      if (this.deps.beforeClaim) {
+        if (this.deps.freeSlots() <= 0 || this.stopped) return;
+        await this.deps.beforeClaim();
+      }
       const free = this.deps.freeSlots();
       if (free <= 0 || this.stopped) return;
       let jobs: ClaimedJob[];
       let leftWork = false;
+      // the slots are held from when the claim is sent until its jobs are accepted
+      this.deps.reserve?.(free);
+      let reserved = true;
+      const unreserve = () => {
+        if (reserved) this.deps.unreserve?.(free);
+        reserved = false;
+      };
       const sentAt = performance.now();
       try {
         const result = await this.deps.claim(free);
+        unreserve();
         if (Array.isArray(result)) {
           jobs = result;
         } else {
@@ -142,6 +166,7 @@ export class ClaimLoop {
         }
         this.failures = 0;
       } catch (error) {
+        unreserve();
         if (rethrow) throw error;
         this.retryLater(error);
         return;

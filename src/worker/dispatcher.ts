@@ -9,6 +9,8 @@
 import type { Engine } from '../engine/engine.js';
 import type { Tracing } from '../telemetry/tracing.js';
 import type { ClaimedJob } from '../types.js';
+import { executeBatch } from './batch-executor.js';
+import { BatchRun } from './batch-run.js';
 import type { WorkerEvents } from './events.js';
 import { type ExecutorHooks, execute, executorHooks } from './job-executor.js';
 import { JobRun } from './job-run.js';
@@ -63,6 +65,13 @@ export class Dispatcher {
   claimed = 0;
   /** Runs started and not yet finished (running, or writing their outcome). */
   private live = 0;
+  /**
+   * Slots held by batch claims in flight (their jobs start at once on arrival): no held job
+   * starts in them, and no other claim counts them as free. One count for every claim loop.
+   */
+  private reservedBatch = 0;
+  /** Jobs asked for by the main loop's claim in flight (they join the local queue on arrival). */
+  private reservedHeld = 0;
 
   constructor(private readonly deps: DispatcherDeps) {
     const { settings, engine } = deps;
@@ -111,7 +120,8 @@ export class Dispatcher {
     // `prefetch: 0` keeps its promise (docs/worker.md): no job is claimed while an outcome is
     // still unwritten, so a crash in the next job can never cost one that already succeeded
     const writing = prefetch === 0 ? 0 : this.live - this.executing;
-    const room = window - (this.runs.size - Math.min(writing, window));
+    const room =
+      window - (this.runs.size - Math.min(writing, window)) - this.reservedBatch - this.reservedHeld;
     if (this.localQueue.size > 0 && room < Math.max(1, Math.floor(window / 4))) return 0;
     return Math.min(room, MAX_CLAIM_BATCH);
   }
@@ -123,7 +133,28 @@ export class Dispatcher {
    */
   limitedRoom(): number {
     if (!this.deps.running()) return 0;
-    return Math.max(1, this.deps.settings.concurrency - this.executing);
+    return Math.max(1, this.deps.settings.concurrency - this.executing - this.reservedBatch);
+  }
+
+  /**
+   * Holds `n` slots while a claim for them is in flight, `batch` for a batch task's claim (its
+   * jobs start at once), else the main loop's (its jobs are held first). Synchronous, with the
+   * measure of the room, so that several claim loops never take the same slots (SPEC §11).
+   */
+  reserve(n: number, batch: boolean): void {
+    if (batch) this.reservedBatch += n;
+    else this.reservedHeld += n;
+  }
+
+  /** Gives back what reserve() held (the claim's jobs are accepted right after, or it failed). */
+  unreserve(n: number, batch: boolean): void {
+    if (batch) this.reservedBatch -= n;
+    else this.reservedHeld -= n;
+    // after the claim's jobs are accepted (same turn): what it did not use starts held jobs
+    queueMicrotask(() => {
+      this.dispatch();
+      this.deps.onFreed();
+    });
   }
 
   /** Claimed jobs join the local queue (their leases run from `sentAt`), then free slots start them. */
@@ -155,6 +186,57 @@ export class Dispatcher {
       this.localQueue.push(runs);
     }
     this.dispatch();
+  }
+
+  /**
+   * §11 how many jobs of a batch task a claim may take now: the slots no handler runs in and no
+   * held job waits for — a batch takes `items.length` of the worker's concurrency, and starts at
+   * once (batches are never held). With room for several full batches, a whole number of them
+   * (at most 1,000 jobs): one statement claims them, and each batch is still claimed in one
+   * statement; with less, what is free.
+   */
+  batchRoom(maxSize: number): number {
+    if (!this.deps.running()) return 0;
+    const free =
+      this.deps.settings.concurrency -
+      this.executing -
+      this.localQueue.size -
+      this.reservedBatch -
+      this.reservedHeld;
+    if (free < maxSize) return Math.max(0, free);
+    return Math.max(maxSize, Math.floor(Math.min(free, MAX_CLAIM_BATCH) / maxSize) * maxSize);
+  }
+
+  /**
+   * §11 starts a batch of `task`'s jobs at once, one claim's worth: a run per job (each lease
+   * renewed, clocked and written as its own), one handler call for all of them.
+   */
+  startBatch(task: string, jobs: ClaimedJob[], sentAt: number): void {
+    const { settings } = this.deps;
+    const entry = settings.tasks.get(task);
+    const batchEntry = entry?.batch;
+    if (!batchEntry) throw new Error(`No batch handler for task "${task}" in this worker`);
+    const options = {
+      timeoutMs: null,
+      leaseMs: settings.leaseMs,
+      graceMs: settings.abortGraceMs,
+      claimSentAt: sentAt,
+      onLeaseExpired: this.leaseExpired,
+    };
+    const members = jobs.map((job) => new JobRun(job, options));
+    for (const run of members) this.runs.add(run);
+    this.claimed += members.length;
+    // the task's timeout bounds the call, else the tightest of its jobs' own
+    let timeoutMs = entry?.timeoutMs ?? null;
+    if (timeoutMs === null)
+      for (const job of jobs)
+        if (job.timeoutMs !== null) timeoutMs = Math.min(timeoutMs ?? job.timeoutMs, job.timeoutMs);
+    const batch = new BatchRun(task, members, timeoutMs, settings.abortGraceMs);
+    batch.start();
+    this.executing += members.length;
+    this.live += members.length;
+    // it reports what fails, and ends every run in finished()
+    executeBatch(batch, batchEntry, this.hooks.deps);
   }
 
   /**
@@ -195,7 +277,8 @@ export class Dispatcher {
 
   /** Starts held jobs while slots are free. */
   private dispatch(): void {
-    while (this.executing < this.deps.settings.concurrency && this.deps.running()) {
+    // slots held for a batch claim in flight are taken: its jobs start at once when they come
+    while (this.executing + this.reservedBatch < this.deps.settings.concurrency && this.deps.running()) {
       const run = this.localQueue.take();
       if (run === null) return;
       this.start(run);

@@ -586,7 +586,7 @@ function written(answer: boolean | undefined, ok: AttemptOutcome): AttemptOutcom
 }
 
 /** The task's retryIf on `error` (true without one); one that throws is reported, and retries. */
-function retryWanted(
+export function retryWanted(
   error: unknown,
   retryIf: ((error: unknown) => boolean) | null,
   deps: ExecutorDeps,
@@ -601,7 +601,7 @@ function retryWanted(
 }
 
 /** A handler's result as JSON text, or the error that fails the attempt when JSON cannot hold it. */
-function resultJson(value: unknown, task: string): string | Error {
+export function resultJson(value: unknown, task: string): string | Error {
   try {
     return toJsonText(value, 'result');
   } catch (error) {
@@ -613,7 +613,7 @@ function resultJson(value: unknown, task: string): string | Error {
 }
 
 /** SQLSTATEs after which the same write can simply run again. */
-function retryable(error: unknown): boolean {
+export function retryable(error: unknown): boolean {
   if (isConnectionError(error)) return true;
   // deadlock, serialization failure, read-only (a standby promoted a moment ago, or a failover
   // that reconnected us to the old primary)

@@ -89,8 +89,18 @@ function watchSignal(signal: AbortSignal, checkLease: () => void): void {
   });
 }
 
+/**
+ * §11 the batch a run belongs to: it decides what an abort of one of its jobs means (a lost lease
+ * or a stop aborts the whole batch; a cancellation only changes that job's outcome).
+ */
+export interface RunBatch {
+  memberAborted(run: JobRun, reason: AbortReason): void;
+}
+
 export class JobRun {
   readonly job: ClaimedJob;
+  /** §11 the batch this job runs in, or null for a job of its own. */
+  batch: RunBatch | null = null;
   readonly timeoutMs: number | null;
   /** performance.now() when the handler started (the claim time while held). */
   startedAt = performance.now();
@@ -290,6 +300,10 @@ export class JobRun {
    * and its handler is never called.
    */
   abort(reason: AbortReason): void {
+    if (this.batch !== null) {
+      if (this.phase === 'running') this.batch.memberAborted(this, reason);
+      return;
+    }
     if (this.phase === 'held' && reason === 'cancel') this.cancelWhileHeld = true;
     if (this.phase !== 'running' || this.abortReason !== null) return;
     this.abortReason = reason;

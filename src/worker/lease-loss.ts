@@ -31,7 +31,8 @@ export class LeaseLoss {
       return;
     }
     if (run.phase !== 'running' || run.abortReason === 'lost') return;
-    if (run.abortReason === null) run.abort('lost');
+    // §11 a batch's job always goes through abort(): the batch aborts as a whole
+    if (run.abortReason === null || run.batch !== null) run.abort('lost');
     else run.abortReason = 'lost'; // already aborted (deadline, cancel, stop): write nothing now
     this.deps.lost(run.job, true);
   }

@@ -11,8 +11,8 @@ import {
 } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
 import { Queue, type QueueOptions } from '../queue.js';
-import { isTask, payloadRejected, validatePayload } from '../task/task.js';
-import type { Handler, Task } from '../task-types.js';
+import { batchOptions, isTask, payloadRejected, validatePayload } from '../task/task.js';
+import type { BatchHandler, BatchItem, BatchOptions, BatchTask, Handler, Task } from '../task-types.js';
 import type { BackoffOptions, Logger } from '../types.js';
 
 /** The handler types live on the ground floor (src/task-types.ts); the Worker's options name them. */
@@ -21,13 +21,47 @@ export type { Handler, JobContext } from '../task-types.js';
 /** A handler with per-task settings. */
 export interface TaskDefinition<P = unknown> {
   handler: Handler<P>;
+  /**
+   * §11 makes it a batch task: `handler` then gets the items of up to `maxSize` jobs at once
+   * (see {@link BatchTaskDefinition}, the same entry with the batch handler's types).
+   */
+  batch?: BatchOptions;
   /** Default deadline of this task's jobs (a job's own `timeoutMs` wins). */
   timeoutMs?: number;
+}
+
+/**
+ * §11 a batch task on the Worker's map: `tasks: { 'email.send': { batch: { maxSize: 100 }, handler } }`.
+ * `timeoutMs` bounds each call of the handler. (A {@link TaskDefinition} with `batch`, typed for
+ * the batch handler: annotate an entry with it, or its handler's `items`, to have them typed.)
+ */
+export interface BatchTaskDefinition<P = unknown> {
+  batch: BatchOptions;
+  handler: BatchHandler<P>;
+  timeoutMs?: number;
+}
+
+/**
+ * §11 how the worker runs a batch task: the handler gets the items of the jobs whose payloads
+ * passed the task's schema; `rejected` holds, by position, the PermanentError of each job whose
+ * payload did not (it goes dead at once, never given to the handler).
+ */
+export interface BatchEntry {
+  maxSize: number;
+  maxWaitMs: number;
+  /** The items' payloads, checked against the task's schema (a defined task), or as stored. */
+  prepare(jobs: readonly import('../types.js').ClaimedJob[]): Promise<{
+    items: BatchItem[];
+    rejected: Map<number, Error>;
+  }>;
+  handler: BatchHandler;
 }
 
 /** How the worker runs one task. */
 export interface TaskEntry {
   handler: Handler;
+  /** §11 set for a batch task (its jobs run through `batch.handler`, never `handler`). */
+  batch: BatchEntry | null;
   /** Default deadline of the task's jobs. */
   timeoutMs: number | null;
   /** The task's own backoff (§9), else the worker's, else the queue's. */
@@ -51,7 +85,7 @@ export interface WorkerOptions {
    * against their schemas before the handler runs). The worker claims only these tasks.
    */
   // biome-ignore lint/suspicious/noExplicitAny: each task has its own payload type.
-  tasks: TaskMap | readonly Task<any, any, any>[];
+  tasks: TaskMap | readonly (Task<any, any, any> | BatchTask<any, any>)[];
   /** Most jobs running at once (default 10). */
   concurrency?: number;
   /** Lease length (default 120 000 ms); renewed about every third of it. */
@@ -121,7 +155,10 @@ export interface WorkerOptions {
 export interface WorkerSettings {
   workerId: string;
   tasks: Map<string, TaskEntry>;
+  /** The tasks of single-job handlers: what the worker's main claim loop claims. */
   taskNames: string[];
+  /** §11 the batch tasks: each has a claim loop of its own. */
+  batchTaskNames: string[];
   queues: string[] | null;
   concurrency: number;
   leaseMs: number;
@@ -177,7 +214,8 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
         ? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`
         : requireName(opts.workerId, 'workerId'),
     tasks,
-    taskNames: [...tasks.keys()],
+    taskNames: [...tasks.keys()].filter((name) => tasks.get(name)?.batch === null),
+    batchTaskNames: [...tasks.keys()].filter((name) => tasks.get(name)?.batch !== null),
     queues: optionalNameList(opts.queues, 'queues'),
     concurrency,
     leaseMs: opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 100),
@@ -224,14 +262,27 @@ function taskMap(tasks: unknown): WorkerSettings['tasks'] {
       }
       map.set(name, taskEntry(value));
     } else if (typeof value === 'function') {
-      map.set(name, { handler: value as Handler, timeoutMs: null, backoff: null, retryIf: null });
+      map.set(name, {
+        handler: value as Handler,
+        batch: null,
+        timeoutMs: null,
+        backoff: null,
+        retryIf: null,
+      });
     } else if (typeof value === 'object' && value !== null && typeof value.handler === 'function') {
-      rejectUnknownKeys(value, ['handler', 'timeoutMs'], field);
+      rejectUnknownKeys(value, ['handler', 'timeoutMs', 'batch'], field);
       const timeoutMs =
         value.timeoutMs === undefined ? null : requireInt(value.timeoutMs, `${field}.timeoutMs`, 1);
-      map.set(name, { handler: value.handler as Handler, timeoutMs, backoff: null, retryIf: null });
+      const batch =
+        'batch' in value && value.batch !== undefined
+          ? batchEntry(batchOptions(value.batch, `${field}.batch`), value.handler as BatchHandler, null)
+          : null;
+      map.set(name, { handler: value.handler as Handler, batch, timeoutMs, backoff: null, retryIf: null });
     } else {
-      throw new ValidationError(field, 'must be a handler function or { handler, timeoutMs }');
+      throw new ValidationError(
+        field,
+        'must be a handler function, { handler, timeoutMs } or { batch, handler }',
+      );
     }
   }
   if (map.size === 0) throw new ValidationError('tasks', 'must name at least one task with its handler');
@@ -263,6 +314,14 @@ function taskList(tasks: readonly unknown[]): WorkerSettings['tasks'] {
  */
 function taskEntry(task: Task<unknown, unknown, unknown>): TaskEntry {
   return {
+    batch:
+      task.batch === undefined
+        ? null
+        : batchEntry(
+            batchOptions(task.batch, `task ${JSON.stringify(task.name)}: batch`),
+            task.handler as unknown as BatchHandler,
+            task,
+          ),
     handler: async (payload, ctx) => {
       const result = await validatePayload(task, payload);
       if (result.issues !== undefined) throw payloadRejected(task, result.issues);
@@ -271,6 +330,42 @@ function taskEntry(task: Task<unknown, unknown, unknown>): TaskEntry {
     timeoutMs: task.timeoutMs ?? null,
     backoff: task.backoff ?? null,
     retryIf: task.retryIf ?? null,
+  };
+}
+
+/**
+ * §11 a batch task as the worker runs it. With a defined task each payload is checked against
+ * its schema first: a job whose payload fails goes dead at once (PermanentError), and the handler
+ * gets the others, each with the schema's output.
+ */
+function batchEntry(
+  options: Required<BatchOptions>,
+  handler: BatchHandler,
+  task: Task<unknown, unknown, unknown> | null,
+): BatchEntry {
+  return {
+    maxSize: options.maxSize,
+    maxWaitMs: options.maxWaitMs,
+    handler,
+    prepare: async (jobs) => {
+      const items: BatchItem[] = [];
+      const rejected = new Map<number, Error>();
+      for (let i = 0; i < jobs.length; i++) {
+        const job = jobs[i] as (typeof jobs)[number];
+        if (task === null) {
+          items.push({ payload: job.payload, job });
+          continue;
+        }
+        try {
+          const result = await validatePayload(task, job.payload);
+          if (result.issues !== undefined) rejected.set(i, payloadRejected(task, result.issues));
+          else items.push({ payload: result.value, job });
+        } catch (error) {
+          rejected.set(i, error instanceof Error ? error : new Error(String(error)));
+        }
+      }
+      return { items, rejected };
+    },
   };
 }
 

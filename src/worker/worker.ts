@@ -80,6 +80,8 @@ export class Worker extends EventEmitter {
   /** The runs from claim to written outcome: the local queue, the slots, the window. */
   private readonly dispatcher: Dispatcher;
   private readonly claimLoop: ClaimLoop;
+  /** §11 one claim loop per batch task (empty without batch tasks). */
+  private readonly batchLoops: ClaimLoop[];
   private readonly keeper: LeaseKeeper;
   private readonly leaseLoss: LeaseLoss;
   private readonly reaper: Reaper;
@@ -126,9 +128,9 @@ export class Worker extends EventEmitter {
         // A job of a limited queue left `running`: room for another one (§8).
         const { job } = payload as { job?: ClaimedJob };
         if (job && event !== 'job:start' && roomFreedBy(engine, job.queue, this.state === 'running'))
-          this.claimLoop.wake();
+          this.wake();
         // A retry of ours becomes due after its backoff: wake for it even if no hint comes.
-        if (event === 'job:retry') this.claimLoop.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
+        if (event === 'job:retry') this.wakeIn((payload as WorkerEvents['job:retry']).retryInMs);
         if (event === 'job:suspended') this.suspended(payload as WorkerEvents['job:suspended']);
         this.emit(event, payload);
       },
@@ -137,32 +139,44 @@ export class Worker extends EventEmitter {
       },
       jobDone: (job, result, durationMs) => {
         this.counters.done++;
-        if (roomFreedBy(engine, job.queue, this.state === 'running')) this.claimLoop.wake();
+        if (roomFreedBy(engine, job.queue, this.state === 'running')) this.wake();
         if (this.listenerCount('job:done') > 0) this.emit('job:done', { job, result, durationMs });
       },
       onError,
       onLeaseExpired: (run) => this.leaseLoss.expired(run),
-      onFreed: () => this.claimLoop.slotFreed(),
+      onFreed: () => {
+        this.claimLoop.slotFreed();
+        for (const loop of this.batchLoops) loop.slotFreed();
+      },
       jumpsQueue: (job) => engine.limits.has(job.queue),
     });
+    const single = settings.taskNames.length > 0;
     this.claimLoop = new ClaimLoop({
-      claim: (limit) =>
-        claimWithLimits(engine, {
-          workerId: this.workerId,
-          onError,
-          limit,
-          idle: this.dispatcher.limitedRoom(),
-          leaseMs: settings.leaseMs,
-          tasks: settings.taskNames,
-          queues: settings.queues,
-        }),
-      nextDueInMs: (sinceMs) => engine.nextDueInMs(settings.taskNames, settings.queues, sinceMs),
+      // a worker of batch tasks only: its main loop claims nothing (and sends nothing)
+      claim: single
+        ? (limit) =>
+            claimWithLimits(engine, {
+              workerId: this.workerId,
+              onError,
+              limit,
+              idle: this.dispatcher.limitedRoom(),
+              leaseMs: settings.leaseMs,
+              tasks: settings.taskNames,
+              queues: settings.queues,
+            })
+        : async () => [],
+      nextDueInMs: single
+        ? (sinceMs) => engine.nextDueInMs(settings.taskNames, settings.queues, sinceMs)
+        : async () => null,
       freeSlots: () => this.dispatcher.capacity(),
+      reserve: (n) => this.dispatcher.reserve(n, false),
+      unreserve: (n) => this.dispatcher.unreserve(n, false),
       accept: (jobs, sentAt) => this.dispatcher.accept(jobs, sentAt),
       giveBack: (jobs) => this.giveBack(jobs),
       onError,
       pollIntervalMs: settings.pollIntervalMs,
     });
+    this.batchLoops = settings.batchTaskNames.map((task) => this.batchLoop(task, onError));
     this.leaseLoss = new LeaseLoss({
       dispatcher: this.dispatcher,
       running: () => this.state === 'running',
@@ -192,7 +206,7 @@ export class Worker extends EventEmitter {
       onError,
       onReaped: (ids) => {
         this.emit('reaped', { ids });
-        this.claimLoop.wake();
+        this.wake();
       },
       onPruned: (deleted) => this.emit('pruned', { deleted }),
       onFired: (fired, skipped) => {
@@ -244,9 +258,10 @@ export class Worker extends EventEmitter {
       for (let failures = 0; ; failures++) {
         try {
           await this.claimLoop.start();
+          for (const loop of this.batchLoops) await loop.start();
           break;
         } catch (error) {
-          await this.claimLoop.stop();
+          await this.stopClaiming();
           if (!isTransientError(error) || this.state !== 'running') throw error;
           const delay = Math.round(Math.min(5_000, 100 * 2 ** failures) * (0.75 + Math.random() * 0.5));
           this.reportError(error, `starting: the database is unreachable; retrying in ${delay} ms`);
@@ -264,7 +279,7 @@ export class Worker extends EventEmitter {
     this.settings.logger?.info?.(
       {
         workerId: this.workerId,
-        tasks: this.settings.taskNames,
+        tasks: [...this.settings.tasks.keys()],
         concurrency: this.settings.concurrency,
         listen: this.settings.listen,
       },
@@ -307,7 +322,10 @@ export class Worker extends EventEmitter {
 
   /** Loops' single steps, for tests and for callers that need determinism. */
   readonly tick = {
-    claim: () => this.claimLoop.tick(),
+    claim: async () => {
+      await this.claimLoop.tick();
+      for (const loop of this.batchLoops) await loop.tick();
+    },
     renewLeases: () => this.keeper.tick(),
     reap: () => this.reaper.tick(),
     prune: () => this.pruner?.tick() ?? Promise.resolve(),
@@ -316,7 +334,7 @@ export class Worker extends EventEmitter {
 
   private async drain(timeoutMs: number): Promise<void> {
     this.state = 'stopping';
-    await this.claimLoop.stop(); // a claim in flight gives its jobs back
+    await this.stopClaiming(); // a claim in flight gives its jobs back
     const { runs, runaways } = this.dispatcher;
     await this.giveBack(this.dispatcher.closeHeld().map((run) => run.job));
     await this.reaper.stop();
@@ -372,7 +390,7 @@ export class Worker extends EventEmitter {
 
   private async shutdown(): Promise<void> {
     this.probe.stop();
-    await this.claimLoop.stop();
+    await this.stopClaiming();
     await this.reaper.stop();
     await this.pruner?.stop();
     await this.scheduler.stop();
@@ -439,11 +457,11 @@ export class Worker extends EventEmitter {
       this.scheduler.wake();
     } else if (payload === QUEUE_HINT) {
       this.engine.limits.invalidate(); // a pause, a resume or a new limit: read them again
-      this.claimLoop.wake();
+      this.wake();
     } else if (payload === ROOM_HINT) {
-      this.claimLoop.wake(); // a job of a limited queue finished somewhere
+      this.wake(); // a job of a limited queue finished somewhere
     } else if (!this.probe.heard(payload)) {
-      this.claimLoop.wake();
+      this.wake();
     }
   }
 
@@ -451,10 +469,84 @@ export class Worker extends EventEmitter {
   private listening(reconnected: boolean): void {
     this.emit('listen:connected', { reconnected });
     if (reconnected) {
-      this.claimLoop.wake();
+      this.wake();
       this.scheduler.wake(); // a schedule change may have been missed meanwhile
     }
     if (this.state === 'running') this.probe.send();
+  }
+
+  /** A hint that jobs may be waiting: every claim loop looks (the main one, each batch task's). */
+  private wake(): void {
+    this.claimLoop.wake();
+    for (const loop of this.batchLoops) loop.wake();
+  }
+
+  /** A job of ours becomes due in `ms`: every claim loop wakes then. */
+  private wakeIn(ms: number): void {
+    this.claimLoop.wakeIn(ms);
+    for (const loop of this.batchLoops) loop.wakeIn(ms);
+  }
+
+  private async stopClaiming(): Promise<void> {
+    await Promise.all([this.claimLoop.stop(), ...this.batchLoops.map((loop) => loop.stop())]);
+  }
+
+  /**
+   * §11 the claim loop of a batch task: one statement claims its jobs for as many batches of
+   * `maxSize` as the free slots allow (at most 1,000 jobs; §8 limits count each job), which start
+   * at once, each batch's jobs from that one statement.
+   * After a claim that came back short, the next one first waits `maxWaitMs` for a trickle of
+   * jobs to gather (cut short by stop()); after a full one it claims again at once while room
+   * lasts.
+   */
+  private batchLoop(task: string, onError: (error: unknown, during: string) => void): ClaimLoop {
+    const { settings, engine } = this;
+    const entry = settings.tasks.get(task)?.batch;
+    if (!entry) throw new Error(`task "${task}" is not a batch task`);
+    const tasks = [task];
+    let short = true;
+    const loop: ClaimLoop = new ClaimLoop({
+      // the wait comes before the room is measured, reserved and the claim sent: the leases of
+      // what it brings run from the claim, not from the start of the wait
+      beforeClaim: async () => {
+        if (short && entry.maxWaitMs > 0)
+          await sleep(entry.maxWaitMs, undefined, { signal: this.stopRequested.signal }).catch(
+            () => undefined,
+          );
+      },
+      reserve: (n) => this.dispatcher.reserve(n, true),
+      unreserve: (n) => this.dispatcher.unreserve(n, true),
+      claim: async (limit) => {
+        const result = await claimWithLimits(engine, {
+          workerId: this.workerId,
+          onError,
+          limit,
+          idle: limit,
+          leaseMs: settings.leaseMs,
+          tasks,
+          queues: settings.queues,
+        });
+        short = result.jobs.length < limit;
+        return { ...result, leftWork: result.leftWork || !short };
+      },
+      nextDueInMs: (sinceMs) => engine.nextDueInMs(tasks, settings.queues, sinceMs),
+      freeSlots: () => this.dispatcher.batchRoom(entry.maxSize),
+      accept: (jobs, sentAt) => {
+        // one claim may bring several batches' worth: each batch takes up to maxSize of them
+        for (let from = 0; from < jobs.length; from += entry.maxSize) {
+          try {
+            this.dispatcher.startBatch(task, jobs.slice(from, from + entry.maxSize), sentAt);
+          } catch (error) {
+            onError(error, `starting a batch of task "${task}"`);
+          }
+        }
+        loop.slotFreed(); // room left: the next batch at once
+      },
+      giveBack: (jobs) => this.giveBack(jobs),
+      onError,
+      pollIntervalMs: settings.pollIntervalMs,
+    });
+    return loop;
   }
 
   private reportError(error: unknown, during: string): void {

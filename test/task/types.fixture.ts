@@ -94,3 +94,47 @@ export async function waiting(): Promise<void> {
   job.result.messageId;
   void id;
 }
+
+/**
+ * §11 a batch task: items typed from the schema (output), enqueued like any task (input). Break
+ * seen failing: BatchTaskConfig's handler typed `BatchHandler<any, any>` (the "to is a string"
+ * directive became unused).
+ */
+const sendMany = defineTask({
+  name: 'email.sendMany',
+  schema: z.object({ to: z.string(), n: z.coerce.number() }),
+  batch: { maxSize: 100, maxWaitMs: 20 },
+  handler: async (items, ctx) => {
+    const to: string = items[0]!.payload.to;
+    const n: number = items[0]!.payload.n; // the schema's output
+    const id: string = items[0]!.job.id;
+    // @ts-expect-error to is a string
+    const wrong: number = items[0]!.payload.to;
+    // @ts-expect-error a batch handler has no ctx.progress (per-job tools are for single jobs)
+    ctx.progress;
+    void [to, n, id, wrong, ctx.signal];
+    return items.map((item) => (item.payload.n > 0 ? { sent: item.payload.to } : new Error('no')));
+  },
+});
+
+export async function batches(): Promise<Worker> {
+  await queue.enqueue(sendMany, { to: 'ada@example.com', n: 1 });
+  // @ts-expect-error `to` is required
+  await queue.enqueue(sendMany, { n: 1 });
+  return new Worker({
+    queue,
+    tasks: [sendMany, sendEmail],
+  });
+}
+
+export function batchMap(): Worker {
+  return new Worker({
+    queue,
+    tasks: {
+      'email.sendMany': {
+        batch: { maxSize: 10 },
+        handler: async (items: { payload: unknown }[]) => void items,
+      },
+    },
+  });
+}

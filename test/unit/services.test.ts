@@ -521,4 +521,24 @@ describe('Batcher (the completer’s and the enqueuer’s batching)', () => {
     expect(peak).toBeLessThanOrEqual(2);
     await batcher.idle();
   });
+
+  // Break seen failing: cutAt() returning maxBatch regardless of groupOf — flushes of [4, 4, 2]
+  // cut the second and third groups in two.
+  test('groupOf: a group (one batch’s outcomes, §11) is never split across two flushes', async () => {
+    const flushes: string[][] = [];
+    const batcher = new Batcher<{ group: string }, number>(
+      async (items) => {
+        flushes.push(items.map((item) => item.group));
+        return items.map(() => ({ ok: true, value: 1 }));
+      },
+      { maxBatch: 4, maxConcurrent: 1, groupOf: (item) => item.group },
+    );
+    const groups = ['a', 'a', 'a', 'b', 'b', 'b', 'c', 'c', 'c', 'c'];
+    await Promise.all(groups.map((group) => batcher.add({ group })));
+    // the first flush takes a, a, a, b and then the rest of b; the next takes all of c
+    expect(flushes).toEqual([
+      ['a', 'a', 'a', 'b', 'b', 'b'],
+      ['c', 'c', 'c', 'c'],
+    ]);
+  });
 });
