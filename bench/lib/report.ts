@@ -173,6 +173,10 @@ export function rows(config: Config): Row[] {
       metric: 'jobsPerSec',
       label: `W-seq strict per-key FIFO: ${n(s.wSeqKeys)} keys × ${n(s.wSeqPerKey)} jobs, ${s.wSeqProcesses} processes × ${s.wSeqConcurrency}, no-op handlers`,
       short: 'W-seq per-key FIFO',
+      unit: 'jobs/s',
+      better: 'higher',
+    },
+    {
       workload: 'W-batch',
       metric: 'jobsPerSec',
       label: `W-batch drain ${n(s.wBatchJobs)} no-op jobs with a batch handler of ${s.wBatchSize}, ${s.wBatchInFlight} batches at once, 1 process (graphile-worker: its batch jobs, ${n(s.wBatchJobs / s.wBatchSize)} jobs of ${s.wBatchSize} items; BullMQ: Pro only)`,

@@ -137,6 +137,7 @@ export interface SystemDriver {
   strictFifo?(): Promise<void>;
   /** W-seq: why the system has no per-key FIFO (for the report). */
   readonly noStrictFifo?: string;
+  /**
    * W-batch: how the system runs many jobs in one handler call — `handler` (its worker hands a
    * handler many jobs: Skiplock, pg-boss), `payload` (graphile-worker's "batch jobs": one job
    * whose payload is an array of items, which the producer must build), or absent with

@@ -280,8 +280,11 @@ function recreate(from: Migration, s: string, name: string, edits: readonly [str
   let start = all.indexOf(`CREATE FUNCTION ${s}.${name}(`);
   if (start < 0) start = all.indexOf(`CREATE OR REPLACE FUNCTION ${s}.${name}(`);
   const end = all.indexOf('\n$fn$;', start);
-  if (start < 0 || end < 0) throw new Error(`migration 19: function ${name} not found in migration ${from.version}`);
-  let text = all.slice(start, end + '\n$fn$;'.length).replace(/^CREATE FUNCTION/, 'CREATE OR REPLACE FUNCTION');
+  if (start < 0 || end < 0)
+    throw new Error(`migration 19: function ${name} not found in migration ${from.version}`);
+  let text = all
+    .slice(start, end + '\n$fn$;'.length)
+    .replace(/^CREATE FUNCTION/, 'CREATE OR REPLACE FUNCTION');
   for (const [before, after] of edits) {
     const at = text.indexOf(before);
     if (at < 0 || text.indexOf(before, at + 1) >= 0) {

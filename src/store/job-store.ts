@@ -31,8 +31,8 @@ import { OutcomeStatements, outcomeSql } from './outcome.js';
 import { QueueStatements, queueSql } from './queues.js';
 import { Runner } from './runner.js';
 import { ScheduleStatements, scheduleSql } from './schedule.js';
-import { StepStatements, stepSql } from './steps.js';
 import { SequenceStatements, sequenceSql } from './sequences.js';
+import { StepStatements, stepSql } from './steps.js';
 
 export type { Transition } from './admin.js';
 export type { LeaseRenewal } from './lease.js';
