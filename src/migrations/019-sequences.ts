@@ -275,7 +275,12 @@ const MAX_SEQUENCE_BYTES = 200;
  * One function as the migration that last wrote it wrote it (their texts are frozen), to be
  * recreated here with a few edits: each edit must match exactly once.
  */
-function recreate(from: Migration, s: string, name: string, edits: readonly [string, string][]): string {
+export function recreate(
+  from: Migration,
+  s: string,
+  name: string,
+  edits: readonly [string, string][],
+): string {
   const all = from.sql(s);
   let start = all.indexOf(`CREATE FUNCTION ${s}.${name}(`);
   if (start < 0) start = all.indexOf(`CREATE OR REPLACE FUNCTION ${s}.${name}(`);

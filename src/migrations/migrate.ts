@@ -21,6 +21,7 @@ import { producers } from './017-producers.js';
 import { producerFixes } from './018-producer-fixes.js';
 import { sequences } from './019-sequences.js';
 import { steps } from './021-steps.js';
+import { dependencyWake } from './022-dependency-wake.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -45,6 +46,7 @@ export const MIGRATIONS: readonly Migration[] = [
   producerFixes,
   sequences,
   steps,
+  dependencyWake,
 ];
 
 /** The schema version this package needs. */

@@ -391,4 +391,58 @@ describe('wake-up', () => {
       await worker.stop();
     }
   });
+
+  // §1.9 the same race at a dependent's commit: the commit trigger of dependsOn (migration 15)
+  // locks each existing dependency; a claim in that moment skips a pending one and comes back
+  // short. SET CONSTRAINTS ALL IMMEDIATE runs the deferred trigger now, so its lock is held open
+  // across the worker's claims. The trigger must announce again at the commit (migration 22).
+  // (Broken on purpose: with migration 22's `OR locked_pending > 0` removed this test failed —
+  // the target had not started 10 s after the commit, the worker asleep until its 30 s poll.)
+  test("a claim that skipped a dependency locked by a dependent's commit is woken again at that commit", async () => {
+    const queue = db.queue({ schema: 'wf_dep_lock' });
+    await queue.migrate();
+    const target = await queue.enqueue('dep.target', {});
+    const started: string[] = [];
+    const worker = db.worker({
+      queue,
+      tasks: {
+        'dep.target': async () => {
+          started.push('target');
+        },
+        'dep.other': async () => {
+          started.push('other');
+        },
+        'dep.child': async () => {
+          started.push('child');
+        },
+      },
+      pollIntervalMs: 30_000,
+    });
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await queue.enqueue('dep.child', {}, { dependsOn: [target.id], client: holder });
+      await holder.query('SET CONSTRAINTS ALL IMMEDIATE'); // the commit trigger runs: target locked
+      await worker.start(); // its first claim skips the locked target
+      await queue.enqueue('dep.other', {}); // a NOTIFY: the worker claims again, skips again
+      const other = Date.now();
+      while (!started.includes('other') && Date.now() - other < 10_000)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(started).toEqual(['other']);
+      // its claims after 'other' (a freed slot wakes the loop) are over: it sleeps until a hint
+      await new Promise((resolve) => setTimeout(resolve, 500));
+      expect(started).toEqual(['other']);
+      const committedAt = Date.now();
+      await holder.query('COMMIT');
+      // polled, not waitFor: waitFor's own hint statement announces a pending job again
+      while (!started.includes('target') && Date.now() - committedAt < 10_000)
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(started).toEqual(['other', 'target']);
+      expect(Date.now() - committedAt).toBeLessThan(5_000);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      holder.release();
+      await worker.stop();
+    }
+  });
 });
