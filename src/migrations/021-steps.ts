@@ -79,6 +79,7 @@ LANGUAGE plpgsql VOLATILE SET jit = off AS $fn$
 DECLARE
   j record;
   k text;
+  inserted integer;
 BEGIN
   SELECT id, pending_key, cancel_requested_at INTO j FROM ${s}.jobs
   WHERE id = p_id AND status = 'running' AND worker_id = p_worker AND attempts = p_attempt AND claims = p_token
@@ -88,11 +89,16 @@ BEGIN
   SELECT p_id, p_name, 'sleep', jsonb_build_object('until', w), w
   FROM (SELECT coalesce(p_until, now() + p_ms * interval '1 millisecond') AS w) AS x
   ON CONFLICT (job_id, name) DO NOTHING;
+  GET DIAGNOSTICS inserted = ROW_COUNT;
   SELECT t.kind, t.wake_at INTO k, wake_at FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name;
   IF k <> 'sleep' THEN state := 'kind'; RETURN; END IF;
   UPDATE ${s}.jobs SET has_steps = true WHERE id = p_id AND has_steps IS NOT TRUE;
   IF wake_at <= now() THEN state := 'resolved'; RETURN; END IF;
-  IF j.pending_key IS NOT NULL THEN state := 'keyed'; RETURN; END IF;
+  IF j.pending_key IS NOT NULL THEN
+    -- refused: the sleep is not stored (a retry must be refused again, not find it passed)
+    IF inserted > 0 THEN DELETE FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name; END IF;
+    state := 'keyed'; RETURN;
+  END IF;
   IF j.cancel_requested_at IS NOT NULL THEN
     UPDATE ${s}.jobs SET status = 'cancelled', lease_until = NULL, worker_id = NULL, updated_at = now()
     WHERE id = p_id;
@@ -151,7 +157,11 @@ BEGIN
     WHERE t.job_id = p_id AND t.name = p_name;
     state := 'timeout'; value := 'null'::jsonb; RETURN;
   END IF;
-  IF j.pending_key IS NOT NULL THEN state := 'keyed'; RETURN; END IF;
+  IF j.pending_key IS NOT NULL THEN
+    -- refused: the wait is not stored (its timeout must not start on a refused call)
+    IF NOT had THEN DELETE FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name; END IF;
+    state := 'keyed'; RETURN;
+  END IF;
   IF j.cancel_requested_at IS NOT NULL THEN
     UPDATE ${s}.jobs SET status = 'cancelled', lease_until = NULL, worker_id = NULL, updated_at = now()
     WHERE id = p_id;

@@ -60,3 +60,25 @@ test('a wait woken by its timeout answers null even if the event is emitted befo
   const rows = await db.sql<{ resolved: boolean }>(`SELECT resolved FROM ${S}.job_steps WHERE job_id = $1`, [id]);
   expect(rows).toEqual([{ resolved: true }]);
 });
+
+/*
+ * Deliberate break seen failing (then restored): the DELETEs of the 'keyed' branches of
+ * step_sleep / step_wait (migration 21) removed: "expected [ { name: 'nap' }, { name: 'w' } ] to deeply equal []" (the refused
+ * sleep and wait were stored; the retry would find the sleep passed and go on).
+ */
+test('a sleep or wait refused as keyed (dedupe scope pending) stores nothing; a retry is refused again', async () => {
+  const queue = db.queue();
+  const { id } = await queue.enqueue('k.x', {}, { dedupeKey: 'kk', dedupe: { scope: 'pending' } });
+  const e = engineOf(queue);
+  const [a] = await queue.claim('wk', { leaseMs: 60_000 });
+  expect((await e.steps.sleep(a!, 'nap', null, 150)).state).toBe('keyed');
+  expect((await e.steps.wait(a!, 'w', 'ev-keyed', 150)).state).toBe('keyed');
+  expect(await db.sql(`SELECT name FROM ${S}.job_steps WHERE job_id = $1`, [id])).toEqual([]);
+  await sleep(300);
+  // the ValidationError fails the attempt; the retry, simulated: back to pending, claimed again
+  await db.sql(`UPDATE ${db.jobs} SET status = 'pending', lease_until = NULL, worker_id = NULL WHERE id = $1`, [id]);
+  const [b] = await queue.claim('wk2', { leaseMs: 60_000 });
+  expect(b?.id).toBe(id);
+  expect((await e.steps.sleep(b!, 'nap', null, 150)).state).toBe('keyed');
+  expect((await e.steps.wait(b!, 'w', 'ev-keyed', 150)).state).toBe('keyed');
+});
