@@ -165,7 +165,7 @@ export class JobSteps {
     if (this.run.transaction !== 'none')
       throw new ValidationError(
         field,
-        'ctx.step cannot run inside ctx.transaction or a transactional step: the job\'s row is locked by that transaction; call it before or after',
+        "ctx.step cannot run inside ctx.transaction or a transactional step: the job's row is locked by that transaction; call it before or after",
       );
   }
 

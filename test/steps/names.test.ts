@@ -35,10 +35,12 @@ test('a job with a long non-ASCII step name fails alone; the job checkpointed be
     concurrency: 2,
     tasks: {
       long: async (_p: unknown, ctx: JobContext) => {
-        await ctx.step(cjk(1000), async () => 1).catch((e: Error) => {
-          seen.push(e.name);
-          throw e;
-        });
+        await ctx
+          .step(cjk(1000), async () => 1)
+          .catch((e: Error) => {
+            seen.push(e.name);
+            throw e;
+          });
       },
       ordinary: async (_p: unknown, ctx: JobContext) => ctx.step('ordinary', async () => 2),
     },

@@ -57,7 +57,9 @@ test('a wait woken by its timeout answers null even if the event is emitted befo
   const r = await e.steps.wait(b!, 'w', 'ev-to', 100);
   expect(r.state).toBe('resolved');
   expect(r.valueJson).toBe('null');
-  const rows = await db.sql<{ resolved: boolean }>(`SELECT resolved FROM ${S}.job_steps WHERE job_id = $1`, [id]);
+  const rows = await db.sql<{ resolved: boolean }>(`SELECT resolved FROM ${S}.job_steps WHERE job_id = $1`, [
+    id,
+  ]);
   expect(rows).toEqual([{ resolved: true }]);
 });
 
@@ -76,7 +78,10 @@ test('a sleep or wait refused as keyed (dedupe scope pending) stores nothing; a 
   expect(await db.sql(`SELECT name FROM ${S}.job_steps WHERE job_id = $1`, [id])).toEqual([]);
   await sleep(300);
   // the ValidationError fails the attempt; the retry, simulated: back to pending, claimed again
-  await db.sql(`UPDATE ${db.jobs} SET status = 'pending', lease_until = NULL, worker_id = NULL WHERE id = $1`, [id]);
+  await db.sql(
+    `UPDATE ${db.jobs} SET status = 'pending', lease_until = NULL, worker_id = NULL WHERE id = $1`,
+    [id],
+  );
   const [b] = await queue.claim('wk2', { leaseMs: 60_000 });
   expect(b?.id).toBe(id);
   expect((await e.steps.sleep(b!, 'nap', null, 150)).state).toBe('keyed');

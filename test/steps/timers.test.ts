@@ -29,7 +29,8 @@ test('150,000 outstanding wait timeouts: no error, and a short timeout still wak
   const worker = db.worker({
     queue,
     tasks: {
-      w: async (_p: unknown, ctx: JobContext) => ctx.waitForEvent('e', `ev-${ctx.job.id}`, { timeoutMs: 300 }),
+      w: async (_p: unknown, ctx: JobContext) =>
+        ctx.waitForEvent('e', `ev-${ctx.job.id}`, { timeoutMs: 300 }),
     },
   });
   worker.on('error', (e: unknown) => errors.push(e));
