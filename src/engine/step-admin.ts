@@ -8,8 +8,8 @@ import type { StepRow } from '../store/job-store.js';
 import type { JobStep, RequeueOptions } from '../types.js';
 import type { EngineCore as Engine } from './engine-core.js';
 
-/** Longest event name (as step names). */
-const MAX_EVENT_NAME = 1000;
+/** Longest step or event name, in UTF-8 bytes (names are index keys). */
+export const MAX_NAME_BYTES = 1000;
 
 /** A job's steps, in the order they completed. */
 export async function listSteps(engine: Engine, id: string): Promise<JobStep[]> {
@@ -31,15 +31,20 @@ export function toJobStep(row: StepRow): JobStep {
   return step;
 }
 
+/**
+ * A step or event name, checked: a non-empty string of at most MAX_NAME_BYTES UTF-8 bytes (what
+ * PostgreSQL indexes: a longer key fails the statement, and every checkpoint batched with it),
+ * without NUL.
+ */
+export function checkStepName(name: unknown, field: string): asserts name is string {
+  if (typeof name !== 'string' || name.length === 0 || Buffer.byteLength(name, 'utf8') > MAX_NAME_BYTES)
+    throw new ValidationError(field, `must be a non-empty string of at most ${MAX_NAME_BYTES} bytes (UTF-8)`);
+  if (name.includes('\u0000')) throw new ValidationError(field, 'must not contain the NUL character');
+}
+
 /** The event's name and payload (JSON text), checked (§1.11): a ValidationError writes nothing. */
 export function emitEventArgs(eventName: unknown, payload: unknown): { name: string; payloadJson: string } {
-  if (typeof eventName !== 'string' || eventName.length === 0 || eventName.length > MAX_EVENT_NAME)
-    throw new ValidationError(
-      'eventName',
-      `must be a non-empty string of at most ${MAX_EVENT_NAME} characters`,
-    );
-  if (eventName.includes('\u0000'))
-    throw new ValidationError('eventName', 'must not contain the NUL character');
+  checkStepName(eventName, 'eventName');
   return { name: eventName, payloadJson: toJsonText(payload, 'payload') };
 }
 

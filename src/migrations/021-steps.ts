@@ -47,6 +47,8 @@ CREATE TABLE ${s}.events (
 );
 -- prune: set events by age
 CREATE INDEX events_set_at_idx ON ${s}.events (set_at) WHERE set_at IS NOT NULL;
+-- prune: an event an unanswered wait still names is kept
+CREATE INDEX job_steps_unresolved_event_idx ON ${s}.job_steps (event) WHERE NOT resolved;
 
 -- no default, no index on has_steps: adding them is instant, and setting it is a HOT update
 ALTER TABLE ${s}.jobs ADD COLUMN has_steps boolean, ADD COLUMN wait_event text, ADD COLUMN wait_timeout timestamptz;
@@ -77,6 +79,7 @@ LANGUAGE plpgsql VOLATILE SET jit = off AS $fn$
 DECLARE
   j record;
   k text;
+  inserted integer;
 BEGIN
   SELECT id, pending_key, cancel_requested_at INTO j FROM ${s}.jobs
   WHERE id = p_id AND status = 'running' AND worker_id = p_worker AND attempts = p_attempt AND claims = p_token
@@ -86,11 +89,16 @@ BEGIN
   SELECT p_id, p_name, 'sleep', jsonb_build_object('until', w), w
   FROM (SELECT coalesce(p_until, now() + p_ms * interval '1 millisecond') AS w) AS x
   ON CONFLICT (job_id, name) DO NOTHING;
+  GET DIAGNOSTICS inserted = ROW_COUNT;
   SELECT t.kind, t.wake_at INTO k, wake_at FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name;
   IF k <> 'sleep' THEN state := 'kind'; RETURN; END IF;
   UPDATE ${s}.jobs SET has_steps = true WHERE id = p_id AND has_steps IS NOT TRUE;
   IF wake_at <= now() THEN state := 'resolved'; RETURN; END IF;
-  IF j.pending_key IS NOT NULL THEN state := 'keyed'; RETURN; END IF;
+  IF j.pending_key IS NOT NULL THEN
+    -- refused: the sleep is not stored (a retry must be refused again, not find it passed)
+    IF inserted > 0 THEN DELETE FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name; END IF;
+    state := 'keyed'; RETURN;
+  END IF;
   IF j.cancel_requested_at IS NOT NULL THEN
     UPDATE ${s}.jobs SET status = 'cancelled', lease_until = NULL, worker_id = NULL, updated_at = now()
     WHERE id = p_id;
@@ -149,7 +157,11 @@ BEGIN
     WHERE t.job_id = p_id AND t.name = p_name;
     state := 'timeout'; value := 'null'::jsonb; RETURN;
   END IF;
-  IF j.pending_key IS NOT NULL THEN state := 'keyed'; RETURN; END IF;
+  IF j.pending_key IS NOT NULL THEN
+    -- refused: the wait is not stored (its timeout must not start on a refused call)
+    IF NOT had THEN DELETE FROM ${s}.job_steps AS t WHERE t.job_id = p_id AND t.name = p_name; END IF;
+    state := 'keyed'; RETURN;
+  END IF;
   IF j.cancel_requested_at IS NOT NULL THEN
     UPDATE ${s}.jobs SET status = 'cancelled', lease_until = NULL, worker_id = NULL, updated_at = now()
     WHERE id = p_id;
@@ -164,7 +176,8 @@ $fn$;
 
 -- §12 queue.emitEvent: sets the latch once (true: this call set it), then — in a later
 -- statement, whose snapshot sees every waiter that registered before this lock (see the header)
--- — makes every job waiting for it pending, with the enqueue's wake-up hint (§1.9). Only at READ
+-- — makes every job waiting for it pending, its wait answered with the payload in the same
+-- statement, with the enqueue's wake-up hint (§1.9). Only at READ
 -- COMMITTED: a transaction snapshot would hide the waiters.
 CREATE FUNCTION ${s}.emit_event(p_name text, p_payload jsonb, p_channel text)
 RETURNS boolean LANGUAGE plpgsql VOLATILE SET jit = off AS $fn$
@@ -180,9 +193,16 @@ BEGIN
   ON CONFLICT (name) DO UPDATE SET payload = excluded.payload, set_at = excluded.set_at
   WHERE e.set_at IS NULL;
   IF NOT FOUND THEN RETURN false; END IF;
+  -- the woken jobs' waits are answered here, in the same statement: their rerun reads the
+  -- payload from its own step row and never needs the event row again (prune may delete it)
   WITH changed AS (
     UPDATE ${s}.jobs SET status = 'pending', wait_event = NULL, wait_timeout = NULL, run_after = now(), updated_at = now()
     WHERE status = 'waiting' AND wait_event = p_name AND deps_left = 0
+    RETURNING id
+  ), answered AS (
+    UPDATE ${s}.job_steps AS t SET resolved = true, value = jsonb_build_object('payload', coalesce(p_payload, 'null'::jsonb)),
+                                   completed_at = now()
+    FROM changed WHERE t.job_id = changed.id AND t.kind = 'event' AND t.event = p_name AND NOT t.resolved
     RETURNING 1
   )
   SELECT count(*) INTO woken FROM changed;

@@ -114,8 +114,8 @@ export function stepSql(s: string) {
     stepReset: `DELETE FROM ${steps} WHERE job_id = $1`,
 
     /**
-     * §12 waits whose timeout passed (§1.4 database time) become pending (their next run answers
-     * null), at most $1 at a time; SKIP LOCKED (an emit or a cancel holding one decides it); the
+     * §12 waits whose timeout passed (§1.4 database time) become pending, their wait answered
+     * null in the same statement (an emit before the rerun cannot change it), at most $1 at a time; SKIP LOCKED (an emit or a cancel holding one decides it); the
      * outer WHERE re-checks the locked row (§1.2); §1.9 the wake-up hint. $1 limit, $2 channel.
      */
     waitWakeTimedOut: `
@@ -129,6 +129,10 @@ export function stepSql(s: string) {
                                 run_after = now(), updated_at = now()
         FROM due WHERE j.id = due.id AND j.status = 'waiting' AND j.wait_event IS NOT NULL AND j.deps_left = 0
         RETURNING j.id
+      ), answered AS (
+        UPDATE ${steps} AS t SET resolved = true, value = 'null'::jsonb, completed_at = now()
+        FROM woken WHERE t.job_id = woken.id AND t.kind = 'event' AND NOT t.resolved
+        RETURNING 1
       ), notified AS (
         SELECT pg_notify($2, 'jobs') FROM (SELECT 1 FROM woken LIMIT 1) AS any_woken
       )
@@ -136,7 +140,7 @@ export function stepSql(s: string) {
 
     /**
      * §12 prune: events set (or created, never set) more than $1 ms ago that no waiting job
-     * needs. The candidates are locked SKIP LOCKED first (a waiter registering on one holds it
+     * needs, nor any unanswered wait (a job woken otherwise, not yet rerun). The candidates are locked SKIP LOCKED first (a waiter registering on one holds it
      * FOR SHARE: passed by); a waiting job is found by its own row, so deleting an event that is
      * not set loses no wake-up (the emit inserts it again). $1 ms.
      */
@@ -146,6 +150,7 @@ export function stepSql(s: string) {
         WHERE coalesce(e.set_at, e.created_at) < now() - $1::float8 * interval '1 millisecond'
           AND NOT EXISTS (SELECT 1 FROM ${jobs} AS w
                           WHERE w.status = 'waiting' AND w.wait_event = e.name AND w.wait_event IS NOT NULL)
+          AND NOT EXISTS (SELECT 1 FROM ${steps} AS t WHERE t.event = e.name AND NOT t.resolved)
         FOR UPDATE SKIP LOCKED
       ), deleted AS (
         DELETE FROM ${s}.events WHERE name IN (SELECT name FROM victims) RETURNING 1

@@ -19,13 +19,12 @@ import type pg from 'pg';
 import { toJsonText } from '../core/validate.js';
 import { withSession } from '../db/executor.js';
 import type { Engine } from '../engine/engine.js';
+import { checkStepName } from '../engine/step-admin.js';
 import { type LoadedSteps, NOT_WRITTEN, type StepRow, WRITTEN_RENEWED } from '../engine/steps.js';
 import { JobSuspended, LeaseLostError, ValidationError } from '../errors.js';
 import type { JobRun } from './job-run.js';
 import { assertOwned, destroySocket, rollBack, statement } from './run-session.js';
 
-/** Longest step or event name (bytes are what PostgreSQL indexes; names are keys). */
-const MAX_NAME_LENGTH = 1000;
 /** Longest sleep or wait (100 years, as delays elsewhere). */
 const MAX_MS = 100 * 365 * 86_400_000;
 
@@ -166,7 +165,7 @@ export class JobSteps {
     if (this.run.transaction !== 'none')
       throw new ValidationError(
         field,
-        'ctx.step cannot run inside ctx.transaction or a transactional step: the job\'s row is locked by that transaction; call it before or after',
+        "ctx.step cannot run inside ctx.transaction or a transactional step: the job's row is locked by that transaction; call it before or after",
       );
   }
 
@@ -282,9 +281,7 @@ export class JobSteps {
 }
 
 function checkName(name: unknown, field: string): void {
-  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH)
-    throw new ValidationError(field, `must be a non-empty string of at most ${MAX_NAME_LENGTH} characters`);
-  if (name.includes('\u0000')) throw new ValidationError(field, 'must not contain the NUL character');
+  checkStepName(name, field);
 }
 
 function kindError(name: string, kind: string): ValidationError {

@@ -397,15 +397,21 @@ export class Worker extends EventEmitter {
     await this.keeper.stop();
     if (this.waitTimer) clearTimeout(this.waitTimer);
     this.waitTimer = null;
+    this.waitTimerAt = Number.POSITIVE_INFINITY;
     for (const run of this.dispatcher.runs.values()) run.finish();
     for (const run of this.dispatcher.runaways) run.finish();
     await this.listener?.stop();
     if (this.ownsQueue) await this.queue.close();
   }
 
-  /** §12 the timeouts of the event waits this worker suspended (epoch ms), earliest armed. */
-  private readonly waitTimeouts: number[] = [];
+  /**
+   * §12 the timeouts of the event waits this worker suspended (epoch ms), a min-heap: the
+   * earliest is armed; each is dropped once its instant passed (a wait answered earlier by an
+   * emit costs one wake statement that finds nothing).
+   */
+  private readonly waitTimeouts = new MinHeap();
   private waitTimer: NodeJS.Timeout | null = null;
+  private waitTimerAt = Number.POSITIVE_INFINITY;
 
   /**
    * §12 a job of ours was suspended: a sleep wakes this worker's claim loop at its instant (the
@@ -424,15 +430,17 @@ export class Worker extends EventEmitter {
   }
 
   private armWaitTimer(): void {
-    if (this.waitTimeouts.length === 0 || this.state !== 'running') return;
-    const next = Math.min(...this.waitTimeouts);
+    const next = this.waitTimeouts.peek();
+    if (next === undefined || this.state !== 'running') return;
+    if (this.waitTimer && this.waitTimerAt <= next) return; // already armed as early
     if (this.waitTimer) clearTimeout(this.waitTimer);
+    this.waitTimerAt = next;
     this.waitTimer = setTimeout(
       () => {
         this.waitTimer = null;
+        this.waitTimerAt = Number.POSITIVE_INFINITY;
         const now = Date.now();
-        for (let i = this.waitTimeouts.length - 1; i >= 0; i--)
-          if ((this.waitTimeouts[i] as number) <= now) this.waitTimeouts.splice(i, 1);
+        while ((this.waitTimeouts.peek() ?? Number.POSITIVE_INFINITY) <= now) this.waitTimeouts.pop();
         this.engine.steps.wakeTimedOut().then(
           () => this.armWaitTimer(),
           (error: unknown) => this.reportError(error, 'waking event waits whose timeout passed'),
@@ -553,5 +561,50 @@ export class Worker extends EventEmitter {
     const err = error instanceof Error ? error : new Error(String(error));
     this.settings.logger?.error?.({ err, during, workerId: this.workerId }, `skiplock: ${during} failed`);
     if (this.listenerCount('error') > 0) this.emit('error', { error: err, during });
+  }
+}
+
+/** A binary min-heap of numbers (the wait timeouts: push and pop in O(log n), no spread). */
+export class MinHeap {
+  private readonly items: number[] = [];
+
+  get size(): number {
+    return this.items.length;
+  }
+
+  peek(): number | undefined {
+    return this.items[0];
+  }
+
+  push(value: number): void {
+    const a = this.items;
+    a.push(value);
+    let i = a.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if ((a[parent] as number) <= value) break;
+      a[i] = a[parent] as number;
+      i = parent;
+    }
+    a[i] = value;
+  }
+
+  pop(): number | undefined {
+    const a = this.items;
+    const top = a[0];
+    const last = a.pop();
+    if (a.length === 0 || last === undefined) return top;
+    let i = 0;
+    for (;;) {
+      const l = 2 * i + 1;
+      if (l >= a.length) break;
+      const r = l + 1;
+      const c = r < a.length && (a[r] as number) < (a[l] as number) ? r : l;
+      if ((a[c] as number) >= last) break;
+      a[i] = a[c] as number;
+      i = c;
+    }
+    a[i] = last;
+    return top;
   }
 }

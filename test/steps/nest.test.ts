@@ -14,7 +14,7 @@ import { useTestDatabase } from '../support/database.js';
 
 const db = useTestDatabase();
 
-test('a step, sleep or wait inside the job\'s transaction is a ValidationError, and other jobs\' steps go on', async () => {
+test("a step, sleep or wait inside the job's transaction is a ValidationError, and other jobs' steps go on", async () => {
   const queue = db.queue();
   const errors: string[] = [];
   const record = (e: unknown) => {
@@ -27,10 +27,14 @@ test('a step, sleep or wait inside the job\'s transaction is a ValidationError, 
     concurrency: 4,
     tasks: {
       nested: async (_p: unknown, ctx: JobContext) => {
-        await ctx.step('outer', async () => {
-          await ctx.step('inner', async () => 1).catch(record);
-          return 2;
-        }, { transaction: true });
+        await ctx.step(
+          'outer',
+          async () => {
+            await ctx.step('inner', async () => 1).catch(record);
+            return 2;
+          },
+          { transaction: true },
+        );
         return 'ok';
       },
       inTx: async (_p: unknown, ctx: JobContext) =>
@@ -69,7 +73,8 @@ test('a step, sleep or wait inside the job\'s transaction is a ValidationError, 
     for (const j of jobs) expect((await queue.get(j.id))?.status).toBe('dead');
     expect((await queue.get(plain.id))?.status).toBe('done');
     expect(errors).toHaveLength(3);
-    for (const e of errors) expect(e).toMatch(/ValidationError: .*cannot run inside ctx\.transaction or a transactional step/);
+    for (const e of errors)
+      expect(e).toMatch(/ValidationError: .*cannot run inside ctx\.transaction or a transactional step/);
   } finally {
     await worker.stop({ timeoutMs: 2_000 });
   }
