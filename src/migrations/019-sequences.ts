@@ -1,5 +1,13 @@
 import { notifyChannel, quoteLiteral } from '../db/identifier.js';
-import { pickMixedSql, pickPendingSql, RESTRICTED } from './009-groups.js';
+import {
+  type PickFilter,
+  pickGroupsSql,
+  pickMixedSql,
+  pickPendingSql,
+  pickQueueSql,
+  RESTRICTED,
+} from './009-groups.js';
+import { blocked } from './010-pending-scope.js';
 import { asPlpgsql, probedBlocked } from './016-cached-picks.js';
 import { producers } from './017-producers.js';
 import type { Migration } from './migration.js';
@@ -174,6 +182,20 @@ ${sqlProducers(s)}`;
   },
 };
 
+/**
+ * §11 every pick skips a pending head whose key still has a note: a job of the key arrived (or
+ * committed late, with a smaller id) and no pass has advanced the key since, so the head may be
+ * the one the pass puts back to waiting. Read in the pick's snapshot: a pass that deleted the
+ * note has not committed yet, so the head is skipped until that pass's decision is visible.
+ */
+const unnoted =
+  (s: string, inner: PickFilter): PickFilter =>
+  (alias) =>
+    `${inner(alias)}
+      -- §11 not a head whose key is noted (a pass has yet to look at its arrivals)
+      AND (${alias}.sequence IS NULL OR NOT EXISTS (
+            SELECT 1 FROM ${s}.sequence_arrivals AS sa WHERE sa.sequence = ${alias}.sequence OFFSET 0))`;
+
 /** A queue the plain claim leaves to the limited claim (alias q): paused, limited, or aging. */
 const RESTRICTED_OR_AGING = `${RESTRICTED} OR q.aging_every_ms IS NOT NULL`;
 
@@ -197,9 +219,13 @@ ALTER TABLE ${s}.queues
 DROP INDEX ${s}.queues_restricted_idx;
 CREATE INDEX queues_restricted_idx ON ${s}.queues (name) WHERE ${RESTRICTED_OR_AGING.replaceAll('q.', '')};
 
-${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
 
-${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+
+${asPlpgsql(pickQueueSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE'))}
+
+${pickGroupsSql(s, 'CREATE OR REPLACE', unnoted(s, blocked(s)), 'FOR NO KEY UPDATE')}
 
 -- §11 the limited claim's pick for a queue with priority aging (see the header of migration 19)
 CREATE FUNCTION ${s}.pick_aged(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
@@ -238,7 +264,7 @@ BEGIN
     CROSS JOIN LATERAL (
       SELECT j.id, j.run_after FROM ${s}.jobs AS j
       WHERE j.status = 'pending' AND j.group_key IS NULL AND j.queue = p_queue AND j.priority = l.priority
-        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${probedBlocked(s)('j')}
+        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${unnoted(s, probedBlocked(s))('j')}
       ORDER BY j.priority, j.run_after, j.id
       LIMIT p_limit
       FOR NO KEY UPDATE SKIP LOCKED
