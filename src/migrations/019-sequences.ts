@@ -204,7 +204,7 @@ const RESTRICTED_OR_AGING = `${RESTRICTED} OR q.aging_every_ms IS NOT NULL`;
  * or limited queue is: the plain picks leave it out by the same one read of the queues table, so
  * every other queue keeps its claim, plan and all), whose pick for it is `pick_aged`: the
  * queue's ungrouped due jobs by effective priority — priority − step·floor(ms waited since
- * run_after / everyMs), not below floor — then run_after, id. Within one priority the oldest
+ * run_after / everyMs), not below floor (a job already below floor keeps its priority) — then run_after, id. Within one priority the oldest
  * job has aged most, so the best candidates of a priority are the first ones of the claim index
  * at that priority: one descent per distinct priority of the queue (a skip scan), up to p_limit
  * rows each, sorted in memory (levels × p_limit rows). Grouped jobs keep their round-robin and
@@ -257,8 +257,9 @@ BEGIN
     )
     SELECT lv.priority FROM lv WHERE lv.priority IS NOT NULL
   ), plain AS MATERIALIZED (
-    SELECT c.id, greatest(cfg.floor_at::bigint,
-                          l.priority - cfg.step::bigint * floor(extract(epoch FROM now() - c.run_after) * 1000 / cfg.every_ms)::bigint) AS eff,
+    -- aging never lifts a job: one already below floor keeps its priority
+    SELECT c.id, least(l.priority::bigint, greatest(cfg.floor_at::bigint,
+                          l.priority - cfg.step::bigint * floor(extract(epoch FROM now() - c.run_after) * 1000 / cfg.every_ms)::bigint)) AS eff,
            c.run_after
     FROM cfg CROSS JOIN levels AS l
     CROSS JOIN LATERAL (
