@@ -96,7 +96,15 @@ BEGIN
     WHERE j.sequence = p_key AND j.status IN ${SEQUENCE_HELD} AND j.sequence IS NOT NULL;
     IF head.id IS NOT NULL THEN
       IF head.status = 'pending' AND head.claims = 0 AND nxt < head.id THEN
-        -- a claim in flight holds the row: waited for, and then it has started (no change)
+        -- the head's row first, never waiting for it: its holder (a claim, or a cancel whose
+        -- trigger would wait for this key's lock: a deadlock) decides; the key is noted again,
+        -- with a wake-up hint, and the next pass looks at it once that holder is done
+        PERFORM 1 FROM ${s}.jobs AS j WHERE j.id = head.id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+          INSERT INTO ${s}.sequence_arrivals (sequence) VALUES (p_key);
+          PERFORM pg_notify(${channel}, 'jobs');
+          RETURN 0;
+        END IF;
         UPDATE ${s}.jobs SET status = 'waiting', updated_at = now()
         WHERE id = head.id AND status = 'pending' AND claims = 0;
       END IF;
