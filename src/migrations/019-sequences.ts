@@ -215,7 +215,9 @@ const RESTRICTED_OR_AGING = `${RESTRICTED} OR q.aging_every_ms IS NOT NULL`;
  * run_after / everyMs), not below floor (a job already below floor keeps its priority) — then run_after, id. Within one priority the oldest
  * job has aged most, so the best candidates of a priority are the first ones of the claim index
  * at that priority: one descent per distinct priority of the queue (a skip scan), up to p_limit
- * rows each, sorted in memory (levels × p_limit rows). Grouped jobs keep their round-robin and
+ * rows each, read without locks and sorted in memory (levels × p_limit rows); then only the best
+ * p_limit are locked, in that order, with SKIP LOCKED (a row another claimer holds is passed by,
+ * so the claim may come back short; the next one looks again). Grouped jobs keep their round-robin and
  * their raw priority (pick_groups, as pick_queue calls it).
  */
 const aging = (s: string) => `
@@ -276,8 +278,16 @@ BEGIN
         AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${unnoted(s, probedBlocked(s))('j')}
       ORDER BY j.priority, j.run_after, j.id
       LIMIT p_limit
-      FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
+  ), locked AS MATERIALIZED (
+    -- the candidates were read without locks; only the best p_limit are locked, in order,
+    -- passing by rows another claimer holds (the status is re-checked on the locked row)
+    SELECT j.id, p.eff, p.run_after
+    FROM plain AS p JOIN ${s}.jobs AS j ON j.id = p.id
+    WHERE j.status = 'pending'
+    ORDER BY p.eff, p.run_after, p.id
+    LIMIT p_limit
+    FOR NO KEY UPDATE OF j SKIP LOCKED
   ), grouped AS MATERIALIZED (
     SELECT g.o_id AS id, g.o_priority::bigint AS eff, g.o_rnk AS rnk, g.o_seq AS seq, g.o_run_after AS run_after
     FROM ${s}.queues AS q
@@ -289,7 +299,7 @@ BEGIN
   )
   (SELECT x.id FROM (
      SELECT p.id, p.eff, 1 AS rnk, (row_number() OVER (ORDER BY p.eff, p.run_after, p.id))::int AS seq, p.run_after
-     FROM plain AS p
+     FROM locked AS p
      UNION ALL
      SELECT g.id, g.eff, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
    ) AS x
