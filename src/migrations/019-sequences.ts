@@ -1,5 +1,13 @@
 import { notifyChannel, quoteLiteral } from '../db/identifier.js';
-import { pickMixedSql, pickPendingSql, RESTRICTED } from './009-groups.js';
+import {
+  type PickFilter,
+  pickGroupsSql,
+  pickMixedSql,
+  pickPendingSql,
+  pickQueueSql,
+  RESTRICTED,
+} from './009-groups.js';
+import { blocked } from './010-pending-scope.js';
 import { asPlpgsql, probedBlocked } from './016-cached-picks.js';
 import { producers } from './017-producers.js';
 import { producerFixes } from './018-producer-fixes.js';
@@ -89,7 +97,15 @@ BEGIN
     WHERE j.sequence = p_key AND j.status IN ${SEQUENCE_HELD} AND j.sequence IS NOT NULL;
     IF head.id IS NOT NULL THEN
       IF head.status = 'pending' AND head.claims = 0 AND nxt < head.id THEN
-        -- a claim in flight holds the row: waited for, and then it has started (no change)
+        -- the head's row first, never waiting for it: its holder (a claim, or a cancel whose
+        -- trigger would wait for this key's lock: a deadlock) decides; the key is noted again,
+        -- with a wake-up hint, and the next pass looks at it once that holder is done
+        PERFORM 1 FROM ${s}.jobs AS j WHERE j.id = head.id FOR NO KEY UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+          INSERT INTO ${s}.sequence_arrivals (sequence) VALUES (p_key);
+          PERFORM pg_notify(${channel}, 'jobs');
+          RETURN 0;
+        END IF;
         UPDATE ${s}.jobs SET status = 'waiting', updated_at = now()
         WHERE id = head.id AND status = 'pending' AND claims = 0;
       END IF;
@@ -175,6 +191,20 @@ ${sqlProducers(s)}`;
   },
 };
 
+/**
+ * §11 every pick skips a pending head whose key still has a note: a job of the key arrived (or
+ * committed late, with a smaller id) and no pass has advanced the key since, so the head may be
+ * the one the pass puts back to waiting. Read in the pick's snapshot: a pass that deleted the
+ * note has not committed yet, so the head is skipped until that pass's decision is visible.
+ */
+const unnoted =
+  (s: string, inner: PickFilter): PickFilter =>
+  (alias) =>
+    `${inner(alias)}
+      -- §11 not a head whose key is noted (a pass has yet to look at its arrivals)
+      AND (${alias}.sequence IS NULL OR NOT EXISTS (
+            SELECT 1 FROM ${s}.sequence_arrivals AS sa WHERE sa.sequence = ${alias}.sequence OFFSET 0))`;
+
 /** A queue the plain claim leaves to the limited claim (alias q): paused, limited, or aging. */
 const RESTRICTED_OR_AGING = `${RESTRICTED} OR q.aging_every_ms IS NOT NULL`;
 
@@ -183,10 +213,12 @@ const RESTRICTED_OR_AGING = `${RESTRICTED} OR q.aging_every_ms IS NOT NULL`;
  * or limited queue is: the plain picks leave it out by the same one read of the queues table, so
  * every other queue keeps its claim, plan and all), whose pick for it is `pick_aged`: the
  * queue's ungrouped due jobs by effective priority — priority − step·floor(ms waited since
- * run_after / everyMs), not below floor — then run_after, id. Within one priority the oldest
+ * run_after / everyMs), not below floor (a job already below floor keeps its priority) — then run_after, id. Within one priority the oldest
  * job has aged most, so the best candidates of a priority are the first ones of the claim index
  * at that priority: one descent per distinct priority of the queue (a skip scan), up to p_limit
- * rows each, sorted in memory (levels × p_limit rows). Grouped jobs keep their round-robin and
+ * rows each, read without locks and sorted in memory (levels × p_limit rows); then only the best
+ * p_limit are locked, in that order, with SKIP LOCKED (a row another claimer holds is passed by,
+ * so the claim may come back short; the next one looks again). Grouped jobs keep their round-robin and
  * their raw priority (pick_groups, as pick_queue calls it).
  */
 const aging = (s: string) => `
@@ -198,9 +230,13 @@ ALTER TABLE ${s}.queues
 DROP INDEX ${s}.queues_restricted_idx;
 CREATE INDEX queues_restricted_idx ON ${s}.queues (name) WHERE ${RESTRICTED_OR_AGING.replaceAll('q.', '')};
 
-${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+${asPlpgsql(pickPendingSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
 
-${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', probedBlocked(s), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+${asPlpgsql(pickMixedSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE', RESTRICTED_OR_AGING))}
+
+${asPlpgsql(pickQueueSql(s, 'CREATE OR REPLACE', unnoted(s, probedBlocked(s)), 'FOR NO KEY UPDATE'))}
+
+${pickGroupsSql(s, 'CREATE OR REPLACE', unnoted(s, blocked(s)), 'FOR NO KEY UPDATE')}
 
 -- §11 the limited claim's pick for a queue with priority aging (see the header of migration 19)
 CREATE FUNCTION ${s}.pick_aged(p_limit integer, p_tasks text[], p_queue text, p_at timestamptz,
@@ -232,18 +268,27 @@ BEGIN
     )
     SELECT lv.priority FROM lv WHERE lv.priority IS NOT NULL
   ), plain AS MATERIALIZED (
-    SELECT c.id, greatest(cfg.floor_at::bigint,
-                          l.priority - cfg.step::bigint * floor(extract(epoch FROM now() - c.run_after) * 1000 / cfg.every_ms)::bigint) AS eff,
+    -- aging never lifts a job: one already below floor keeps its priority
+    SELECT c.id, least(l.priority::bigint, greatest(cfg.floor_at::bigint,
+                          l.priority - cfg.step::bigint * floor(extract(epoch FROM now() - c.run_after) * 1000 / cfg.every_ms)::bigint)) AS eff,
            c.run_after
     FROM cfg CROSS JOIN levels AS l
     CROSS JOIN LATERAL (
       SELECT j.id, j.run_after FROM ${s}.jobs AS j
       WHERE j.status = 'pending' AND j.group_key IS NULL AND j.queue = p_queue AND j.priority = l.priority
-        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${probedBlocked(s)('j')}
+        AND j.run_after <= now() AND (p_tasks IS NULL OR j.task = ANY (p_tasks))${unnoted(s, probedBlocked(s))('j')}
       ORDER BY j.priority, j.run_after, j.id
       LIMIT p_limit
-      FOR NO KEY UPDATE SKIP LOCKED
     ) AS c
+  ), locked AS MATERIALIZED (
+    -- the candidates were read without locks; only the best p_limit are locked, in order,
+    -- passing by rows another claimer holds (the status is re-checked on the locked row)
+    SELECT j.id, p.eff, p.run_after
+    FROM plain AS p JOIN ${s}.jobs AS j ON j.id = p.id
+    WHERE j.status = 'pending'
+    ORDER BY p.eff, p.run_after, p.id
+    LIMIT p_limit
+    FOR NO KEY UPDATE OF j SKIP LOCKED
   ), grouped AS MATERIALIZED (
     SELECT g.o_id AS id, g.o_priority::bigint AS eff, g.o_rnk AS rnk, g.o_seq AS seq, g.o_run_after AS run_after
     FROM ${s}.queues AS q
@@ -255,7 +300,7 @@ BEGIN
   )
   (SELECT x.id FROM (
      SELECT p.id, p.eff, 1 AS rnk, (row_number() OVER (ORDER BY p.eff, p.run_after, p.id))::int AS seq, p.run_after
-     FROM plain AS p
+     FROM locked AS p
      UNION ALL
      SELECT g.id, g.eff, g.rnk, g.seq, g.run_after FROM grouped AS g WHERE g.id <> -1
    ) AS x

@@ -6,7 +6,7 @@
 import { type ClaimedColumns, claimedJobsInPickOrder } from '../core/job-row.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
-import { APPEND_ATTEMPTED_BY, CLAIMED_COLUMNS } from './fragments.js';
+import { APPEND_ATTEMPTED_BY, CLAIMED_COLUMNS, SEQUENCE_PASS } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
@@ -27,16 +27,13 @@ export function claimSql(s: string) {
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
      * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
+    sequencePass: SEQUENCE_PASS(s),
+
     claim: `
-      WITH sequenced AS MATERIALIZED (
-        -- §11 only while jobs of sequences arrived (a look at a table that is empty otherwise):
-        -- their keys advance (migration 19), for the next claim — this one's snapshot is older
-        SELECT ${s}.sequence_pass(1000) AS moved WHERE EXISTS (SELECT 1 FROM ${s}.sequence_arrivals)
-      ), grouped AS MATERIALIZED (
+      WITH grouped AS MATERIALIZED (
         -- §8 is any grouped job due? (one descent of an index that is empty when groups are not used)
         SELECT EXISTS (SELECT 1 FROM ${jobs} AS g
                        WHERE g.status = 'pending' AND g.group_key IS NOT NULL AND g.run_after <= now()) AS due
-        FROM (SELECT count(*) FROM sequenced) AS after_sequences
       ), picked AS MATERIALIZED (
         -- §8 only then: the pick that takes grouped jobs round-robin (migration 9), in its order
         SELECT p.id AS pick_id, p.ord AS pick_ord
@@ -89,6 +86,8 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     queues: string[] | null,
     afterGroups: ReadonlyMap<string, string> = new Map(),
   ): Promise<ClaimedJob[]> {
+    // §11 a statement of its own, before the claim: the claim's snapshot then sees what it moved
+    await this.run(db, this.sql.sequencePass, []);
     const rows = await this.runArrays<ClaimedColumns>(db, this.sql.claim, [
       workerId,
       limit,

@@ -170,3 +170,13 @@ export const countDeleted = (s: string, source: string) => `
         SELECT '${COMPLETED_DELETED}', pg_backend_pid() % ${COUNTER_SHARDS}, count(*) FROM ${source} HAVING count(*) > 0
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n
         RETURNING 1`;
+
+/**
+ * §11 the pass that advances the keys of sequences whose jobs arrived (migration 19), run by every
+ * claim as a statement of its own just before it (so the claim's snapshot sees the jobs it made
+ * pending): one look at `sequence_arrivals`, empty unless sequences are in use, and then at most
+ * 32 keys, each under its advisory lock only until the statement (or the caller's transaction)
+ * ends.
+ */
+export const SEQUENCE_PASS = (s: string) =>
+  `SELECT ${s}.sequence_pass(32) AS moved WHERE EXISTS (SELECT 1 FROM ${s}.sequence_arrivals)`;

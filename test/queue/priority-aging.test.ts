@@ -117,4 +117,42 @@ describe('priority aging', () => {
     const [h, l] = [(await queue.get(high.id))?.runStartedAt, (await queue.get(low.id))?.runStartedAt];
     expect((h as Date).getTime()).toBeLessThanOrEqual((l as Date).getTime());
   });
+
+  // Review finding 5: aging lifted a job already below floor (greatest(floor, …) alone): with floor
+  // 50 a priority-10 job ran after an older priority-40 one, and with the default floor 0 a
+  // priority -10 job after an older priority-0 one. Both failed before the least(priority, …) fix.
+  async function startOrder(qname: string): Promise<string[]> {
+    const started: string[] = [];
+    const worker = db.worker({
+      concurrency: 1,
+      prefetch: 0,
+      queues: [qname],
+      pollIntervalMs: 60_000,
+      tasks: {
+        t: async (p: unknown) => {
+          started.push(String(p));
+        },
+      },
+    });
+    await worker.start();
+    await expect.poll(() => started.length, { timeout: 10_000 }).toBe(2);
+    await worker.stop();
+    return started;
+  }
+
+  test('a job already below floor keeps its priority (floor 50: priority 10 before an older 40)', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('ag-floor', { priorityAging: { everyMs: 3_600_000, step: 1, floor: 50 } });
+    await queue.enqueue('t', 'prio-40', { queue: 'ag-floor', priority: 40 });
+    await queue.enqueue('t', 'prio-10', { queue: 'ag-floor', priority: 10 });
+    expect(await startOrder('ag-floor')).toEqual(['prio-10', 'prio-40']);
+  });
+
+  test('default floor 0: a priority -10 job goes before an older priority-0 job', async () => {
+    const queue = db.queue();
+    await queue.configureQueue('ag-neg', { priorityAging: { everyMs: 3_600_000 } });
+    await queue.enqueue('t', 'prio-0', { queue: 'ag-neg', priority: 0 });
+    await queue.enqueue('t', 'prio-minus-10', { queue: 'ag-neg', priority: -10 });
+    expect(await startOrder('ag-neg')).toEqual(['prio-minus-10', 'prio-0']);
+  });
 });
