@@ -256,8 +256,8 @@ export class Worker extends EventEmitter {
       this.scheduler.start();
       for (let failures = 0; ; failures++) {
         try {
-          await this.claimLoop.start();
-          for (const loop of this.batchLoops) await loop.start();
+          // every loop's first claim at once (a batch task's first claim never waits maxWaitMs)
+          await Promise.all([this.claimLoop.start(), ...this.batchLoops.map((loop) => loop.start())]);
           break;
         } catch (error) {
           await this.stopClaiming();
@@ -462,7 +462,8 @@ export class Worker extends EventEmitter {
     const entry = settings.tasks.get(task)?.batch;
     if (!entry) throw new Error(`task "${task}" is not a batch task`);
     const tasks = [task];
-    let short = true;
+    // the first claim never waits (start() is not held up by maxWaitMs)
+    let short = false;
     const loop: ClaimLoop = new ClaimLoop({
       // the wait comes before the room is measured, reserved and the claim sent: the leases of
       // what it brings run from the claim, not from the start of the wait
