@@ -119,10 +119,16 @@ export class Completer {
     this.batcher.push(item, callbacks as BatchCallbacks<Completion, boolean>);
   }
 
-  /** Many completions in one statement; one answer per item, in input order. */
-  completeMany(items: readonly { lease: Lease; resultJson: string }[]): Promise<boolean[]> {
+  /**
+   * Many completions in one statement; one answer per item, in input order. §11 `uncancelled`:
+   * a job whose cancel was requested is left as it is (false).
+   */
+  completeMany(
+    items: readonly { lease: Lease; resultJson: string }[],
+    uncancelled = false,
+  ): Promise<boolean[]> {
     this.engine.assertOpen();
-    return this.engine.store.outcome.completeMany(this.engine.pool, items);
+    return this.engine.store.outcome.completeMany(this.engine.pool, items, uncancelled);
   }
 
   /**

@@ -111,12 +111,15 @@ export interface WorkerClaim {
  * expired). `waitMs`: when to look again — a full rate window reopens, another worker held a
  * queue's claim lock, or a limited claim failed. `leftWork`: a limited queue was left out for
  * want of an idle slot or by an error: the worker should claim again when a slot frees.
+ * `statements`: how many of `jobs`, in order, each claim statement took (§11 a batch never mixes
+ * two statements' jobs: each is in its own claim order).
  */
 export async function claimWithLimits(
   engine: Engine,
   claim: WorkerClaim,
-): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; leftWork: boolean }> {
+): Promise<{ jobs: ClaimedJob[]; waitMs: number | null; leftWork: boolean; statements: number[] }> {
   const jobs: ClaimedJob[] = [];
+  const statements: number[] = [];
   let waitMs: number | null = null;
   let unserved = false;
   const later = (ms: number) => {
@@ -142,6 +145,7 @@ export async function claimWithLimits(
       const asked = idle;
       const got = await claimLimited(engine, claim, queue, asked);
       jobs.push(...got.jobs);
+      if (got.jobs.length > 0) statements.push(got.jobs.length);
       idle -= got.jobs.length;
       if (got.waitMs !== null) later(got.waitMs);
       // Room freed by a job that finished here, which this worker could not use (none of its
@@ -165,14 +169,16 @@ export async function claimWithLimits(
   const rest = claim.limit - jobs.length;
   if (rest > 0) {
     try {
-      jobs.push(...(await engine.claim(claim.workerId, rest, claim.leaseMs, claim.tasks, claim.queues)));
+      const got = await engine.claim(claim.workerId, rest, claim.leaseMs, claim.tasks, claim.queues);
+      jobs.push(...got);
+      if (got.length > 0) statements.push(got.length);
     } catch (error) {
       if (jobs.length === 0) throw error; // nothing claimed: the claim loop retries with backoff
       claim.onError(error, 'claiming jobs');
       later(ERROR_RETRY_MS);
     }
   }
-  return { jobs, waitMs, leftWork: unserved };
+  return { jobs, waitMs, leftWork: unserved, statements };
 }
 
 /**

@@ -120,8 +120,9 @@ export function outcomeSql(s: string) {
     /**
      * §1.2/§1.3 as completeMany, deleting instead of keeping a done row; §7 counted in the same
      * statement; §8 wakes workers as complete does. §10 never a job with dependents (the caller
-     * completes those with completeMany).
-     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel.
+     * completes those with completeMany). §11 with $6 true, never a job whose cancel was
+     * requested (re-checked on the row once locked: a cancel that commits while this waits).
+     * $1 ids, $2 worker ids, $3 attempts, $4 tokens, $5 channel, $6 uncancelled only.
      */
     completeManyDelete: `
       WITH done AS (
@@ -130,6 +131,7 @@ export function outcomeSql(s: string) {
               AS c(id, worker_id, attempt, token, ord)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
           AND j.claims = c.token AND NOT j.has_dependents
+          AND ($6::boolean IS NOT TRUE OR j.cancel_requested_at IS NULL)
         RETURNING c.ord, j.pending_key
       ), counted AS (${countDeleted(s, 'done')}
       )
@@ -146,7 +148,7 @@ export function outcomeSql(s: string) {
      * transaction once it holds the batch's jobs: locked in id order, one counter update per
      * dependent (see UNBLOCK). Returns the position (1-based) of each lease that completed.
      * $1 ids, $2 worker ids, $3 attempts, $4 tokens (array literals), $5 the results (one JSON
-     * array, in the same order), $6 channel.
+     * array, in the same order), $6 channel, $7 (§11) true: never a job whose cancel was requested.
      */
     completeMany: `
       WITH done AS (
@@ -155,7 +157,7 @@ export function outcomeSql(s: string) {
         FROM unnest($1::bigint[], $2::text[], $3::int[], $4::bigint[]) WITH ORDINALITY
              AS c(id, worker_id, attempt, token, ord)
         WHERE j.id = c.id AND ${OPAQUE_RUNNING} AND j.worker_id = c.worker_id AND j.attempts = c.attempt
-          AND j.claims = c.token
+          AND j.claims = c.token AND ($7::boolean IS NOT TRUE OR j.cancel_requested_at IS NULL)
         RETURNING c.ord, j.id, j.pending_key, j.has_dependents
       ), ${UNBLOCK(s, 'done', '$6')}, notified AS (
         SELECT pg_notify($6, 'jobs') FROM (SELECT 1 FROM done WHERE pending_key IS NOT NULL LIMIT 1) AS any_keyed
@@ -388,9 +390,10 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
   /**
    * Completes many leases in one statement; answers per input item, in input order (SPEC §3):
    * a stale and a live lease of one job each get their own answer, and a lease listed twice
-   * completes once (its first entry answers true).
+   * completes once (its first entry answers true). §11 `uncancelled`: a job whose cancel was
+   * requested is not completed either (answers false; a batch writes it cancelled).
    */
-  async completeMany(db: Executor, batch: CompletionBatch): Promise<boolean[]> {
+  async completeMany(db: Executor, batch: CompletionBatch, uncancelled = false): Promise<boolean[]> {
     const order = uniqueOrder(batch);
     const answers = new Array<boolean>(batch.length).fill(false);
     let rest = order;
@@ -398,6 +401,7 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
       const rows = await this.run<{ ord: number }>(db, this.sql.completeManyDelete, [
         ...leaseArrays(batch, order),
         this.channel,
+        uncancelled,
       ]);
       const deleted = new Array<boolean>(order.length).fill(false);
       for (const row of rows) deleted[row.ord - 1] = true;
@@ -412,6 +416,7 @@ export class OutcomeStatements extends StatementFamily<ReturnType<typeof outcome
         ...leaseArrays(batch, rest),
         jsonArray(rest.map((position) => (batch[position] as CompletionBatch[number]).resultJson)),
         this.channel,
+        uncancelled,
       ]);
       for (const row of rows) answers[rest[row.ord - 1] as number] = true;
     }

@@ -233,16 +233,31 @@ async function writePlans(
     }
   }
   if (completions.length > 0) {
+    // never a job whose cancel was requested (a cancel that committed after the batch
+    // statement): those answer false here, and the batch statement, run again for them, writes
+    // them cancelled (or finds their lease gone)
     const answers = await persist(batch, deps, 'completing jobs of a batch', () =>
-      completer.completeMany(completions.map((i) => outcomes[i] as BatchOutcome & { kind: 'done' })),
+      completer.completeMany(
+        completions.map((i) => outcomes[i] as BatchOutcome & { kind: 'done' }),
+        true,
+      ),
     );
-    completions.forEach((i, k) => {
-      const ok = answers?.[k];
-      const status: SettledStatus = ok ? 'done' : 'unwritten';
-      if (answers === undefined) tally.add('unwritten');
+    const again = completions.filter((_, k) => answers !== undefined && !answers[k]);
+    const settled =
+      again.length === 0
+        ? []
+        : await persist(batch, deps, 'writing the outcomes of a batch', () =>
+            completer.settleBatched(again.map((i) => outcomes[i] as BatchOutcome)),
+          );
+    for (let k = 0; k < completions.length; k++) {
+      const i = completions[k] as number;
+      let status: SettledStatus = 'done';
+      if (answers === undefined) status = 'unwritten';
+      else if (!answers[k]) status = settled?.[again.indexOf(i)] ?? 'unwritten';
+      if (answers === undefined || (!answers[k] && settled === undefined)) tally.add('unwritten');
       else
         tally.add(announce(plans[i] as Plan, outcomes[i] as BatchOutcome, status, durationMs, false, deps));
-    });
+    }
   }
   return tally.size === 1 ? ([...tally][0] as AttemptOutcome) : 'mixed';
 }

@@ -208,6 +208,15 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
   const tasks = taskMap(opts.tasks);
   const concurrency =
     opts.concurrency === undefined ? 10 : requireInt(opts.concurrency, 'concurrency', 1, 10_000);
+  const leaseMs = opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 100);
+  // §11 a batch task's wait for company must leave most of the lease to the batch itself
+  for (const [name, entry] of tasks) {
+    if (entry.batch && entry.batch.maxWaitMs * 3 >= leaseMs)
+      throw new ValidationError(
+        `tasks[${JSON.stringify(name)}].batch.maxWaitMs`,
+        `must be less than a third of leaseMs (${leaseMs} ms): got ${entry.batch.maxWaitMs} ms`,
+      );
+  }
   return {
     workerId:
       opts.workerId === undefined
@@ -218,7 +227,7 @@ export function workerSettings(options: WorkerOptions): WorkerSettings {
     batchTaskNames: [...tasks.keys()].filter((name) => tasks.get(name)?.batch !== null),
     queues: optionalNameList(opts.queues, 'queues'),
     concurrency,
-    leaseMs: opts.leaseMs === undefined ? 120_000 : requireInt(opts.leaseMs, 'leaseMs', 100),
+    leaseMs,
     pollIntervalMs:
       opts.pollIntervalMs === undefined
         ? listen

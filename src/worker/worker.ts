@@ -257,8 +257,8 @@ export class Worker extends EventEmitter {
       this.scheduler.start();
       for (let failures = 0; ; failures++) {
         try {
-          await this.claimLoop.start();
-          for (const loop of this.batchLoops) await loop.start();
+          // every loop's first claim at once (a batch task's first claim never waits maxWaitMs)
+          await Promise.all([this.claimLoop.start(), ...this.batchLoops.map((loop) => loop.start())]);
           break;
         } catch (error) {
           await this.stopClaiming();
@@ -512,7 +512,10 @@ export class Worker extends EventEmitter {
     const entry = settings.tasks.get(task)?.batch;
     if (!entry) throw new Error(`task "${task}" is not a batch task`);
     const tasks = [task];
-    let short = true;
+    // the first claim never waits (start() is not held up by maxWaitMs)
+    let short = false;
+    // how many of the last claim's jobs each of its statements took (accept() follows claim())
+    let statements: number[] = [];
     const loop: ClaimLoop = new ClaimLoop({
       // the wait comes before the room is measured, reserved and the claim sent: the leases of
       // what it brings run from the claim, not from the start of the wait
@@ -535,18 +538,26 @@ export class Worker extends EventEmitter {
           queues: settings.queues,
         });
         short = result.jobs.length < limit;
-        return { ...result, leftWork: result.leftWork || !short };
+        statements = result.statements;
+        return { jobs: result.jobs, waitMs: result.waitMs, leftWork: result.leftWork || !short };
       },
       nextDueInMs: (sinceMs) => engine.nextDueInMs(tasks, settings.queues, sinceMs),
       freeSlots: () => this.dispatcher.batchRoom(entry.maxSize),
       accept: (jobs, sentAt) => {
-        // one claim may bring several batches' worth: each batch takes up to maxSize of them
-        for (let from = 0; from < jobs.length; from += entry.maxSize) {
-          try {
-            this.dispatcher.startBatch(task, jobs.slice(from, from + entry.maxSize), sentAt);
-          } catch (error) {
-            onError(error, `starting a batch of task "${task}"`);
+        // one claim may bring several batches' worth: each batch takes up to maxSize of them, all
+        // from one claim statement (a limited queue's, or the plain one), in its claim order
+        const counts = statements.reduce((a, b) => a + b, 0) === jobs.length ? statements : [jobs.length];
+        let start = 0;
+        for (const count of counts) {
+          const end = start + count;
+          for (let from = start; from < end; from += entry.maxSize) {
+            try {
+              this.dispatcher.startBatch(task, jobs.slice(from, Math.min(end, from + entry.maxSize)), sentAt);
+            } catch (error) {
+              onError(error, `starting a batch of task "${task}"`);
+            }
           }
+          start = end;
         }
         loop.slotFreed(); // room left: the next batch at once
       },
