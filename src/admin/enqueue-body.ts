@@ -5,6 +5,7 @@
  * offset. Everything else (`sequence` too, SPEC §11) is the library's to check, with its own
  * errors.
  */
+import { OPTION_KEYS } from '../core/job-spec.js';
 import { smallestByCodePoint } from '../core/key-order.js';
 import { describe } from '../core/validate.js';
 import { ValidationError } from '../errors.js';
@@ -23,25 +24,6 @@ export interface EnqueueRequest {
    */
   runAtError: ValidationError | null;
 }
-
-/**
- * The option names of the body, those of the SQL function (migration 17), in the order its
- * error message lists them.
- */
-const OPTION_KEYS = [
-  'queue',
-  'priority',
-  'dedupeKey',
-  'maxAttempts',
-  'runAt',
-  'delayMs',
-  'timeoutMs',
-  'dedupe',
-  'group',
-  'dependsOn',
-  'onDependencyFailure',
-  'sequence',
-];
 
 /**
  * The ISO 8601 form `runAt` takes over HTTP, as the SQL function's (migration 17): date, time to

@@ -55,7 +55,8 @@ export interface NewJob {
   sequence: string | null;
 }
 
-const OPTION_KEYS = [
+/** The option names of an enqueue (SPEC §3, §8, §10, §11), in the order the SQL function's error lists them (migration 17). */
+export const OPTION_KEYS: readonly string[] = [
   'queue',
   'priority',
   'dedupeKey',
