@@ -248,7 +248,7 @@ export function apiRoutes(
         throw new ValidationError('limit', `must be an integer from 1 to 1000, got "${query.limit}"`);
       limit = requireInt(Number(query.limit), 'limit', 1, 1000);
     }
-    const sequences = await queue.sequences({
+    const sequences = await reads.sequences({
       blocked: query.blocked === 'true',
       limit,
       ...(query.after ? { after: requireName(query.after, 'after') } : {}),

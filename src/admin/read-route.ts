@@ -44,6 +44,7 @@ export type AdminReads = Pick<
   | 'throughput'
   | 'queues'
   | 'schedules'
+  | 'sequences'
 >;
 
 export class ReadRoute implements AdminReads {
@@ -115,6 +116,7 @@ export class ReadRoute implements AdminReads {
   throughput: Queue['throughput'] = (options) => this.read((q) => q.throughput(options));
   queues: Queue['queues'] = () => this.read((q) => q.queues());
   schedules: Queue['schedules'] = (options) => this.read((q) => q.schedules(options));
+  sequences: Queue['sequences'] = (options) => this.read((q) => q.sequences(options));
 
   /** One probe at a time. */
   private probe(): Promise<void> {

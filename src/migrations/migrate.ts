@@ -20,8 +20,8 @@ import { cachedPicks } from './016-cached-picks.js';
 import { producers } from './017-producers.js';
 import { producerFixes } from './018-producer-fixes.js';
 import { sequences } from './019-sequences.js';
-import { steps } from './021-steps.js';
-import { dependencyWake } from './022-dependency-wake.js';
+import { steps } from './020-steps.js';
+import { dependencyWake } from './021-dependency-wake.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */

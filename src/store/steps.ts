@@ -2,7 +2,7 @@
  * Durable steps (SPEC §12): a job's checkpoints, sleeps and event waits, and events as set-once
  * latches. Each statement is defined next to the method that binds its parameters; the quoted
  * schema is spliced once, everything else is a parameter. The multi-statement transitions (sleep,
- * wait, emit) are functions of migration 21, each one round trip.
+ * wait, emit) are functions of migration 20, each one round trip.
  */
 import type { Executor } from '../db/executor.js';
 import type { Lease } from '../types.js';
@@ -35,9 +35,9 @@ export const NOT_WRITTEN: StepWritten = 0;
 export const WRITTEN: StepWritten = 1;
 export const WRITTEN_RENEWED: StepWritten = 2;
 
-/** What ctx.sleep's statement answered (see `step_sleep` in migration 21). */
+/** What ctx.sleep's statement answered (see `step_sleep` in migration 20). */
 export type SleepState = 'lost' | 'kind' | 'keyed' | 'cancelled' | 'resolved' | 'suspended';
-/** What ctx.waitForEvent's statement answered (see `step_wait` in migration 21). */
+/** What ctx.waitForEvent's statement answered (see `step_wait` in migration 20). */
 export type WaitState = 'lost' | 'kind' | 'keyed' | 'cancelled' | 'resolved' | 'set' | 'timeout' | 'waiting';
 
 /** The statements of this family for the schema whose quoted identifier is `s`. */
@@ -98,13 +98,13 @@ export function stepSql(s: string) {
       FROM input AS i JOIN written AS w ON w.job_id = i.id AND w.name = i.name
       LEFT JOIN renewed AS r ON r.id = i.id`,
 
-    /** §12 ctx.sleep (function step_sleep, migration 21). */
+    /** §12 ctx.sleep (function step_sleep, migration 20). */
     stepSleep: `SELECT state, ${MS('wake_at')} FROM ${s}.step_sleep($1, $2, $3, $4::bigint, $5, $6::timestamptz, $7::float8)`,
 
-    /** §12 ctx.waitForEvent (function step_wait, migration 21). */
+    /** §12 ctx.waitForEvent (function step_wait, migration 20). */
     stepWait: `SELECT state, value::text AS value FROM ${s}.step_wait($1, $2, $3, $4::bigint, $5, $6, $7::float8)`,
 
-    /** §12 queue.emitEvent (function emit_event, migration 21). $1 name, $2 payload, $3 channel. */
+    /** §12 queue.emitEvent (function emit_event, migration 20). $1 name, $2 payload, $3 channel. */
     eventEmit: `SELECT ${s}.emit_event($1, $2::jsonb, $3) AS set`,
 
     /** §12 queue.steps(id): a job's steps, in the order they were completed. $1 id. */

@@ -388,6 +388,7 @@ describe('routes (no token, bound to 127.0.0.1)', () => {
       dependents: [],
       dependentsCount: 0,
       dependentsCountExact: true,
+      steps: [], // SPEC §12 its durable steps (none here; see test/steps/admin.test.ts)
     });
     expect(reply.body).toMatchObject({
       id: deadId,

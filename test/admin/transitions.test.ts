@@ -114,7 +114,7 @@ describe('Queue.cancelOrThrow / requeueOrThrow', () => {
       expect(error).toBeInstanceOf(ExportedConflictError);
       expect(error).toMatchObject({ code: 'ERR_CONFLICT', jobId: id, status });
       expect((error as Error).message).toBe(
-        `Job ${id} is ${status}: only waiting, pending or running jobs can be cancelled`,
+        `Job ${id} is ${status}: only waiting, pending or running jobs (and the dead head of a sequence) can be cancelled`,
       );
     }
     expect(await queue.requeueOrThrow(dead.id)).toEqual({ id: dead.id, status: 'pending' });
@@ -194,7 +194,7 @@ describe('interleavings forced by a held row lock (admin API)', () => {
       expect(body).toEqual({
         error: {
           code: 'ERR_CONFLICT',
-          message: `Job ${id} is done: only waiting, pending or running jobs can be cancelled`,
+          message: `Job ${id} is done: only waiting, pending or running jobs (and the dead head of a sequence) can be cancelled`,
         },
       });
     } finally {
@@ -275,7 +275,7 @@ describe('cancel racing a real worker', () => {
         seen.conflict++;
         expect(status, JSON.stringify(body)).toBe(409);
         expect(body.error?.message).toBe(
-          `Job ${id} is ${final?.status}: only waiting, pending or running jobs can be cancelled`,
+          `Job ${id} is ${final?.status}: only waiting, pending or running jobs (and the dead head of a sequence) can be cancelled`,
         );
         expect(final?.cancelRequestedAt ?? null, `job ${id}`).toBeNull();
       }

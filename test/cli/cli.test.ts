@@ -98,6 +98,7 @@ const SUBCOMMANDS = [
   'resume',
   'configure-queue',
   'sequences',
+  'emit',
 ];
 
 interface Seed {
@@ -741,7 +742,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       finished,
       3,
       new RegExp(
-        `^skiplock: Job ${done} is done: only waiting, pending or running jobs can be cancelled$`,
+        `^skiplock: Job ${done} is done: only waiting, pending or running jobs \\(and the dead head of a sequence\\) can be cancelled$`,
         'm',
       ),
     );

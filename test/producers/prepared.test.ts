@@ -77,11 +77,17 @@ describe('an enqueue in a transaction that is prepared (two-phase commit)', () =
     expect([await count('tpc.held'), await count('tpc.hit')]).toEqual([1, 0]);
   });
 
-  test('dependsOn: prepares while a dependency is not done; fails when the commit trigger (run at PREPARE) wakes the job', async () => {
+  test('dependsOn: prepares while no dependency is pending and the job stays waiting; fails when the commit trigger (run at PREPARE) hints', async () => {
+    // the commit trigger sends a hint when the dependent becomes pending, and (migration 21) when
+    // a dependency it locked is pending (a claim in that instant skipped it): either is a NOTIFY
     const { rows } = await pool.query<{ id: string }>(`SELECT id::text FROM ${s}.enqueue('tpc.dep', '{}')`);
     const dep = rows[0]?.id as string;
+    const { rows: mid } = await pool.query<{ id: string }>(
+      `SELECT id::text FROM ${s}.enqueue('tpc.mid', '{}', '{"dependsOn": ["${dep}"]}')`,
+    );
+    const waitingDep = mid[0]?.id as string; // waiting: not pending, no hint for it
     const waits = await prepare('p-waits', [
-      `SELECT * FROM ${s}.enqueue('tpc.waits', '{}', '{"dependsOn": ["${dep}"]}')`,
+      `SELECT * FROM ${s}.enqueue('tpc.waits', '{}', '{"dependsOn": ["${waitingDep}"]}')`,
     ]);
     expect(waits).toBeNull();
     await pool.query(`COMMIT PREPARED 'p-waits'`);
@@ -89,6 +95,11 @@ describe('an enqueue in a transaction that is prepared (two-phase commit)', () =
       await pool.query<{ status: string }>(`SELECT status FROM ${s}.jobs WHERE task = 'tpc.waits'`)
     ).rows;
     expect(waiting?.status).toBe('waiting');
+    const onPending = await prepare('p-pending', [
+      `SELECT * FROM ${s}.enqueue('tpc.on-pending', '{}', '{"dependsOn": ["${dep}"]}')`,
+    ]);
+    expect(onPending?.code).toBe('0A000');
+    expect(await count('tpc.on-pending')).toBe(0);
     await pool.query(`UPDATE ${s}.jobs SET status = 'done' WHERE id = $1`, [dep]); // (its dependent is woken)
     const woken = await prepare('p-woken', [
       `SELECT * FROM ${s}.enqueue('tpc.woken', '{}', '{"dependsOn": ["${dep}"]}')`,

@@ -159,6 +159,7 @@ describe('store SQL', () => {
       `SELECT proname, proconfig FROM pg_proc WHERE pronamespace = 'nojit'::regnamespace AND proname LIKE 'pick\\_%'`,
     );
     expect(config.map((f) => f.proname).sort()).toEqual([
+      'pick_aged',
       'pick_groups',
       'pick_mixed',
       'pick_pending',

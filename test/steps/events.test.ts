@@ -7,7 +7,7 @@
  * worker; flows: a job waiting for an event is not done, so its dependents wait.
  *
  * Deliberate breaks seen failing (then restored):
- * - `emit_event` (migration 21) setting the event and waking the waiters in one statement (two
+ * - `emit_event` (migration 20) setting the event and waking the waiters in one statement (two
  *   CTEs: one snapshot, taken before its row lock was granted): "waiter registered first and held
  *   open" failed (the job stayed waiting after the emit returned true — the EvalPlanQual/snapshot
  *   trap), and so did the 500 raced rounds (6 jobs left waiting).

@@ -18,7 +18,7 @@ async function status(id: string) {
 
 /*
  * Deliberate break seen failing (then restored): the fix's src changes removed (emit_event in
- * migration 21 without its `answered` CTE, eventPrune without the unresolved-step NOT EXISTS):
+ * migration 20 without its `answered` CTE, eventPrune without the unresolved-step NOT EXISTS):
  * "expected 'waiting' to be 'resolved'" (the set event was pruned; the job waited again forever).
  */
 test('prune after an emit: the woken job, rerun, still gets the payload', async () => {
@@ -65,7 +65,7 @@ test('a wait woken by its timeout answers null even if the event is emitted befo
 
 /*
  * Deliberate break seen failing (then restored): the DELETEs of the 'keyed' branches of
- * step_sleep / step_wait (migration 21) removed: "expected [ { name: 'nap' }, { name: 'w' } ] to deeply equal []" (the refused
+ * step_sleep / step_wait (migration 20) removed: "expected [ { name: 'nap' }, { name: 'w' } ] to deeply equal []" (the refused
  * sleep and wait were stored; the retry would find the sleep passed and go on).
  */
 test('a sleep or wait refused as keyed (dedupe scope pending) stores nothing; a retry is refused again', async () => {

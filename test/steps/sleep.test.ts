@@ -4,7 +4,7 @@
  * instant the sleep resolves at once and the steps before it are not run again. A sleep survives
  * a worker restart.
  *
- * Deliberate break seen failing (then restored): `step_sleep` (migration 21) without
+ * Deliberate break seen failing (then restored): `step_sleep` (migration 20) without
  * `attempts = attempts - 1`: "a sleep across a worker restart" failed (attempts 2, expected 1).
  */
 import { expect, test } from 'vitest';

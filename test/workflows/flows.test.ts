@@ -395,8 +395,8 @@ describe('wake-up', () => {
   // §1.9 the same race at a dependent's commit: the commit trigger of dependsOn (migration 15)
   // locks each existing dependency; a claim in that moment skips a pending one and comes back
   // short. SET CONSTRAINTS ALL IMMEDIATE runs the deferred trigger now, so its lock is held open
-  // across the worker's claims. The trigger must announce again at the commit (migration 22).
-  // (Broken on purpose: with migration 22's `OR locked_pending > 0` removed this test failed —
+  // across the worker's claims. The trigger must announce again at the commit (migration 21).
+  // (Broken on purpose: with migration 21's `OR locked_pending > 0` removed this test failed —
   // the target had not started 10 s after the commit, the worker asleep until its 30 s poll.)
   test("a claim that skipped a dependency locked by a dependent's commit is woken again at that commit", async () => {
     const queue = db.queue({ schema: 'wf_dep_lock' });

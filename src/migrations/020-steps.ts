@@ -24,7 +24,7 @@ import type { Migration } from './migration.js';
  * latest version), so it never suspends on an event already set.
  */
 export const steps: Migration = {
-  version: 21,
+  version: 20,
   name: 'steps',
   sql: (s) => `
 CREATE TABLE ${s}.job_steps (

@@ -13,7 +13,7 @@ import type { Migration } from './migration.js';
  * edits.
  */
 export const dependencyWake: Migration = {
-  version: 22,
+  version: 21,
   name: 'dependency-wake',
   sql: (s) => `
 ${recreate(producerFixes, s, 'dependencies_committed', [
