@@ -437,7 +437,7 @@ describe('wake-up', () => {
       // polled, not waitFor: waitFor's own hint statement announces a pending job again
       while (!started.includes('target') && Date.now() - committedAt < 10_000)
         await new Promise((resolve) => setTimeout(resolve, 20));
-      expect(started).toEqual(['other', 'target']);
+      expect(started.slice(0, 2)).toEqual(['other', 'target']); // (its dependent may follow at once)
       expect(Date.now() - committedAt).toBeLessThan(5_000);
     } finally {
       await holder.query('ROLLBACK').catch(() => undefined);
