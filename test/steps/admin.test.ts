@@ -8,6 +8,7 @@
  */
 import { expect, test } from 'vitest';
 import { adminApp } from '../../src/admin/server.js';
+import { quoteIdent } from '../../src/db/identifier.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { runCli } from '../cli/run-cli.js';
 import { useTestDatabase } from '../support/database.js';
@@ -52,9 +53,9 @@ test('GET /api/jobs/:id carries the steps; POST /api/events/:name emits (token r
     body: JSON.stringify({ payload: 1, extra: 2 }),
   });
   expect(bad.status).toBe(400);
-  expect(await db.sql(`SELECT set_at FROM "${TEST_SCHEMA}".events WHERE name = 'admin-approve'`)).toEqual([
-    { set_at: null },
-  ]);
+  expect(
+    await db.sql(`SELECT set_at FROM ${quoteIdent(TEST_SCHEMA)}.events WHERE name = 'admin-approve'`),
+  ).toEqual([{ set_at: null }]);
   const emitted = await app.request('/api/events/admin-approve', {
     method: 'POST',
     headers: { ...auth, 'content-type': 'application/json' },
