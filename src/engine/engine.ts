@@ -9,6 +9,7 @@
  *          ├─▶ Engine ───────┼─ Completer  (every outcome: done, retry, dead, cancelled, released)
  *   Worker ┘   (pools, store) └─ bulk ops   (requeueDead, prune: keyset batches)
  */
+import type { Executor } from '../db/executor.js';
 import { QueueClosedError } from '../errors.js';
 import type { LeaseRenewal } from '../store/job-store.js';
 import type { ClaimedJob, Job, Lease } from '../types.js';
@@ -17,6 +18,7 @@ import { EngineCore } from './engine-core.js';
 import { Enqueuer } from './enqueuer.js';
 import { Flows } from './flows.js';
 import { LimitedQueues } from './limited-queues.js';
+import type { SequenceGate } from './sequence-gate.js';
 import type { QueueOptions } from './settings.js';
 import { Steps } from './steps.js';
 import { FinishWaiter } from './waiter.js';
@@ -44,15 +46,20 @@ export class Engine extends EngineCore {
 
   // The worker protocol: what a Worker asks of its queue's engine besides the completer.
 
-  /** Claims up to `limit` jobs for `workerId` (SPEC §1.1). */
+  /**
+   * Claims up to `limit` jobs for `workerId` (SPEC §1.1), after the sequence pass (§11) — which a
+   * worker's `gate` may leave out.
+   */
   async claim(
     workerId: string,
     limit: number,
     leaseMs: number,
     tasks: string[] | null,
     queues: string[] | null,
+    gate?: SequenceGate,
   ): Promise<ClaimedJob[]> {
     this.assertOpen();
+    await this.sequencePass(this.pool, gate);
     const jobs = await this.store.claim.claim(
       this.pool,
       workerId,
@@ -64,6 +71,17 @@ export class Engine extends EngineCore {
     );
     this.served(jobs);
     return jobs;
+  }
+
+  /**
+   * §11 the sequence pass, on `db` before a claim on it: always, or as a worker's `gate` says
+   * (engine/sequence-gate.ts).
+   */
+  async sequencePass(db: Executor, gate?: SequenceGate): Promise<void> {
+    const ticket = gate === undefined ? null : gate.ticket();
+    if (gate !== undefined && ticket === null) return;
+    const noted = await this.store.claim.sequencePass(db);
+    if (!noted && ticket !== null) gate?.clean(ticket);
   }
 
   /**

@@ -11,6 +11,7 @@ import { type Executor, inTransaction } from '../db/executor.js';
 import type { QueueRow } from '../store/queues.js';
 import type { ClaimedJob, QueueConfig, QueueInfo } from '../types.js';
 import type { Engine } from './engine.js';
+import type { SequenceGate } from './sequence-gate.js';
 
 /** The NOTIFY payload that makes running workers re-read the queues' settings and claim. */
 export const QUEUE_HINT = 'queues';
@@ -101,6 +102,8 @@ export interface WorkerClaim {
   queues: string[] | null;
   /** A limited queue's claim failed: reported, and the other queues' jobs are still taken. */
   onError(error: unknown, during: string): void;
+  /** §11 when the claims may leave out the sequence pass (a listening worker's); absent: never. */
+  sequences?: SequenceGate;
 }
 
 /**
@@ -169,7 +172,14 @@ export async function claimWithLimits(
   const rest = claim.limit - jobs.length;
   if (rest > 0) {
     try {
-      const got = await engine.claim(claim.workerId, rest, claim.leaseMs, claim.tasks, claim.queues);
+      const got = await engine.claim(
+        claim.workerId,
+        rest,
+        claim.leaseMs,
+        claim.tasks,
+        claim.queues,
+        claim.sequences,
+      );
       jobs.push(...got);
       if (got.length > 0) statements.push(got.length);
     } catch (error) {
@@ -226,6 +236,8 @@ export async function claimLimited(
   engine.assertOpen();
   const { store } = engine;
   const claimOn = async (db: Executor, withoutQueueLock: boolean) => {
+    // §11 as the plain claim: the pass first, a statement of its own, whatever room is left
+    await engine.sequencePass(db, claim.sequences);
     const got = await store.queues.claimLimited(
       db,
       claim.workerId,

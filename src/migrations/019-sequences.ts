@@ -40,7 +40,7 @@ import type { Migration } from './migration.js';
  */
 
 /** The schema's name from its quoted identifier, as migrate() quotes it. */
-function unquote(quoted: string): string {
+export function unquote(quoted: string): string {
   if (!/^"(?:[^"]|"")+"$/.test(quoted)) throw new Error(`migration 19: not a quoted identifier: ${quoted}`);
   return quoted.slice(1, -1).replaceAll('""', '"');
 }

@@ -22,6 +22,7 @@ import { producerFixes } from './018-producer-fixes.js';
 import { sequences } from './019-sequences.js';
 import { steps } from './020-steps.js';
 import { dependencyWake } from './021-dependency-wake.js';
+import { sequenceBatchAdvance } from './022-sequence-batch-advance.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -47,6 +48,7 @@ export const MIGRATIONS: readonly Migration[] = [
   sequences,
   steps,
   dependencyWake,
+  sequenceBatchAdvance,
 ];
 
 /** The schema version this package needs. */

@@ -13,6 +13,9 @@ import { StatementFamily } from './runner.js';
 export function claimSql(s: string) {
   const jobs = `${s}.jobs`;
   return {
+    /** §11 the claims' sequence pass (fragments.ts; ClaimStatements.sequencePass). */
+    sequencePass: SEQUENCE_PASS(s),
+
     /**
      * §1.1 one statement: pick with FOR UPDATE SKIP LOCKED (`pick_pending`, migration 5: always
      * the ordered walk of the claim index, whatever the statistics) and claim in the same
@@ -27,8 +30,6 @@ export function claimSql(s: string) {
      * $1 worker_id, $2 limit, $3 tasks (or null), $4 queues (or null), $5 lease ms, $6 the group
      * this claimer served last in each queue (JSON { queue: group }: round-robin starts after it).
      */
-    sequencePass: SEQUENCE_PASS(s),
-
     claim: `
       WITH grouped AS MATERIALIZED (
         -- §8 is any grouped job due? (one descent of an index that is empty when groups are not used)
@@ -86,8 +87,6 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
     queues: string[] | null,
     afterGroups: ReadonlyMap<string, string> = new Map(),
   ): Promise<ClaimedJob[]> {
-    // §11 a statement of its own, before the claim: the claim's snapshot then sees what it moved
-    await this.run(db, this.sql.sequencePass, []);
     const rows = await this.runArrays<ClaimedColumns>(db, this.sql.claim, [
       workerId,
       limit,
@@ -97,6 +96,15 @@ export class ClaimStatements extends StatementFamily<ReturnType<typeof claimSql>
       afterGroups.size === 0 ? null : JSON.stringify(Object.fromEntries(afterGroups)),
     ]);
     return claimedJobsInPickOrder(rows, workerId, leaseMs);
+  }
+
+  /**
+   * §11 the claims' sequence pass (migration 22): a statement of its own, sent before a claim on
+   * the same connection so that the claim's snapshot sees what it made pending. True when keys
+   * were noted (the pass ran; some may be left for the next one), false when none was.
+   */
+  async sequencePass(db: Executor): Promise<boolean> {
+    return (await this.run(db, this.sql.sequencePass, [])).length > 0;
   }
 
   /**

@@ -172,11 +172,13 @@ export const countDeleted = (s: string, source: string) => `
         RETURNING 1`;
 
 /**
- * §11 the pass that advances the keys of sequences whose jobs arrived (migration 19), run by every
- * claim as a statement of its own just before it (so the claim's snapshot sees the jobs it made
- * pending): one look at `sequence_arrivals`, empty unless sequences are in use, and then at most
- * 32 keys, each under its advisory lock only until the statement (or the caller's transaction)
- * ends.
+ * §11 the pass that advances the keys of sequences whose jobs arrived (migrations 19, 22), run
+ * as a statement of its own just before a claim (so the claim's snapshot sees the jobs it made
+ * pending) — by every claim of `queue.claim`, and by a worker's claims while a sequence hint or
+ * its fallback interval says a key may be noted (engine/sequence-gate.ts): one look at
+ * `sequence_arrivals`, empty unless sequences are in use, and then at most 32 keys, each under
+ * its advisory lock only until the statement (or the caller's transaction) ends. No row: no key
+ * was noted.
  */
 export const SEQUENCE_PASS = (s: string) =>
   `SELECT ${s}.sequence_pass(32) AS moved WHERE EXISTS (SELECT 1 FROM ${s}.sequence_arrivals)`;

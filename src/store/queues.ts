@@ -8,13 +8,7 @@ import { type JobRow, toClaimedJob } from '../core/job-row.js';
 import type { QueueChange } from '../core/queue-args.js';
 import type { Executor } from '../db/executor.js';
 import type { ClaimedJob } from '../types.js';
-import {
-  APPEND_ATTEMPTED_BY,
-  JOB_COLUMN_NAMES,
-  JOB_COLUMNS,
-  SEQUENCE_PASS,
-  TRACE_CONTEXT,
-} from './fragments.js';
+import { APPEND_ATTEMPTED_BY, JOB_COLUMN_NAMES, JOB_COLUMNS, TRACE_CONTEXT } from './fragments.js';
 import { StatementFamily } from './runner.js';
 
 /** A queue's stored configuration. */
@@ -119,8 +113,6 @@ export function queueSql(s: string) {
      * queue with groupConcurrency, $8 true when no queue lock is held (groupConcurrency is the
      * queue's only limit). Rows of a group skipped for its lock: one marker row (lock_busy).
      */
-    sequencePass: SEQUENCE_PASS(s),
-
     queueClaimLimited: `
       WITH cfg AS MATERIALIZED (
         SELECT concurrency, rate_limit, rate_period_ms, group_rate_limit, group_rate_period_ms,
@@ -276,8 +268,6 @@ export class QueueStatements extends StatementFamily<ReturnType<typeof queueSql>
     afterGroup: string | null = null,
     withoutQueueLock = false,
   ): Promise<{ jobs: ClaimedJob[]; roomLeft: number | null; lockBusy: boolean }> {
-    // §11 as the plain claim: the pass first, a statement of its own, whatever room is left
-    await this.run(tx, this.sql.sequencePass, []);
     const all = await this.run<JobRow & { room_free: number | null; lock_busy: boolean }>(
       tx,
       this.sql.queueClaimLimited,

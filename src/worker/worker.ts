@@ -24,6 +24,7 @@ import { type Engine, engineOf } from '../engine/engine.js';
 import { ROOM_HINT } from '../engine/limited-queues.js';
 import { claimWithLimits, QUEUE_HINT, roomFreedBy } from '../engine/queues.js';
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
+import { SEQUENCE_HINT, SequenceGate } from '../engine/sequence-gate.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import { type Tracing, tracing } from '../telemetry/tracing.js';
@@ -103,6 +104,8 @@ export class Worker extends EventEmitter {
   private readonly probe: ListenProbe;
   /** The queue's engine: the worker reaches the database only through it. */
   private readonly engine: Engine;
+  /** §11 with LISTEN: when claims may leave out the sequence pass (none without LISTEN). */
+  private readonly sequenceGate: SequenceGate | undefined;
   /** §9 consumer spans, or null with `telemetry: false` (the worker's, else its queue's). */
   private readonly tracing: Tracing | null;
 
@@ -117,6 +120,8 @@ export class Worker extends EventEmitter {
     const engine = engineOf(this.queue, false);
     this.engine = engine;
     this.tracing = (settings.telemetry ?? engine.settings.telemetry) ? tracing() : null;
+    // half the fallback poll: a lost hint leaves a noted key for at most about one poll
+    this.sequenceGate = settings.listen ? new SequenceGate(settings.pollIntervalMs / 2) : undefined;
     const onError = (error: unknown, during: string) => this.reportError(error, during);
     this.dispatcher = new Dispatcher({
       settings,
@@ -163,6 +168,7 @@ export class Worker extends EventEmitter {
               leaseMs: settings.leaseMs,
               tasks: settings.taskNames,
               queues: settings.queues,
+              sequences: this.sequenceGate,
             })
         : async () => [],
       nextDueInMs: single
@@ -468,6 +474,9 @@ export class Worker extends EventEmitter {
       this.wake();
     } else if (payload === ROOM_HINT) {
       this.wake(); // a job of a limited queue finished somewhere
+    } else if (payload === SEQUENCE_HINT) {
+      this.sequenceGate?.dirty(); // a sequence key was noted: the next claims run the pass
+      this.wake();
     } else if (!this.probe.heard(payload)) {
       this.wake();
     }
@@ -476,6 +485,7 @@ export class Worker extends EventEmitter {
   /** LISTEN is in place: claim what was enqueued while nobody listened, and self-check. */
   private listening(reconnected: boolean): void {
     this.emit('listen:connected', { reconnected });
+    this.sequenceGate?.dirty(); // keys noted while nobody listened: the next claim's pass sees them
     if (reconnected) {
       this.wake();
       this.scheduler.wake(); // a schedule change may have been missed meanwhile
@@ -536,6 +546,7 @@ export class Worker extends EventEmitter {
           leaseMs: settings.leaseMs,
           tasks,
           queues: settings.queues,
+          sequences: this.sequenceGate,
         });
         short = result.jobs.length < limit;
         statements = result.statements;
