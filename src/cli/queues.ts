@@ -1,6 +1,6 @@
 /**
- * The queue commands (SPEC §8): `skiplock queues`, `pause QUEUE`, `resume QUEUE`, and
- * `configure-queue QUEUE` for the global limits.
+ * The queue commands (SPEC §8, §11): `skiplock queues`, `pause QUEUE`, `resume QUEUE`, and
+ * `configure-queue QUEUE` for the global limits and priority aging.
  */
 import { type Command, InvalidArgumentError } from 'commander';
 import { MAX_LIMIT, MAX_PERIOD_MS } from '../core/queue-args.js';
@@ -17,6 +17,8 @@ interface ConfigureFlags {
   rateLimit?: { limit: number; periodMs: number } | typeof NONE;
   groupConcurrency?: number | typeof NONE;
   groupRateLimit?: { limit: number; periodMs: number } | typeof NONE;
+  priorityAging?: { step: number; everyMs: number } | typeof NONE;
+  agingFloor?: number;
 }
 
 export function registerQueues(program: Command): void {
@@ -55,12 +57,24 @@ export function registerQueues(program: Command): void {
 
   program
     .command('configure-queue')
-    .description('set or clear the global and per-group limits of a queue (across every worker)')
+    .description(
+      'set or clear the global and per-group limits of a queue (across every worker), and its priority aging',
+    )
     .argument('<queue>', 'queue name')
     .option('--concurrency <n|none>', 'most jobs of the queue running at once', limitOrNone)
     .option('--rate-limit <n/duration|none>', 'most starts per period, e.g. 50/1s or 1000/1h', rateOrNone)
     .option('--group-concurrency <n|none>', 'most jobs of one group key running at once', limitOrNone)
     .option('--group-rate-limit <n/duration|none>', 'most starts of one group key per period', rateOrNone)
+    .option(
+      '--priority-aging <step/duration|none>',
+      "a waiting job's priority number drops by STEP every DURATION it waits, e.g. 10/1s (§11)",
+      agingOrNone,
+    )
+    .option(
+      '--aging-floor <n>',
+      'with --priority-aging: aging never takes a priority below this (default 0)',
+      floorArg,
+    )
     .addHelpText(
       'after',
       `
@@ -68,7 +82,9 @@ Examples:
   $ skiplock configure-queue webhooks --concurrency 5
   $ skiplock configure-queue emails --rate-limit 50/1s
   $ skiplock configure-queue invoices --group-concurrency 1 --group-rate-limit 10/1m
-  $ skiplock configure-queue emails --concurrency none --rate-limit none`,
+  $ skiplock configure-queue emails --concurrency none --rate-limit none
+  $ skiplock configure-queue reports --priority-aging 10/1s
+  $ skiplock configure-queue reports --priority-aging none`,
     )
     .action(async (name: string, flags: ConfigureFlags, command: Command) => {
       const change: QueueConfigOptions = {};
@@ -76,9 +92,27 @@ Examples:
         const value = flags[key];
         if (value !== undefined) Object.assign(change, { [key]: value === NONE ? null : value });
       }
+      if (
+        flags.agingFloor !== undefined &&
+        (flags.priorityAging === undefined || flags.priorityAging === NONE)
+      ) {
+        command.error('configure-queue: --aging-floor goes with --priority-aging STEP/DURATION', {
+          exitCode: 2,
+        });
+      }
+      if (flags.priorityAging !== undefined) {
+        change.priorityAging =
+          flags.priorityAging === NONE
+            ? null
+            : {
+                everyMs: flags.priorityAging.everyMs,
+                step: flags.priorityAging.step,
+                floor: flags.agingFloor ?? 0,
+              };
+      }
       if (Object.keys(change).length === 0) {
         command.error(
-          'configure-queue: give at least one of --concurrency, --rate-limit, --group-concurrency, --group-rate-limit (use pause/resume to pause a queue)',
+          'configure-queue: give at least one of --concurrency, --rate-limit, --group-concurrency, --group-rate-limit, --priority-aging (use pause/resume to pause a queue)',
           { exitCode: 2 },
         );
       }
@@ -97,6 +131,27 @@ function limitOrNone(value: string): number | typeof NONE {
   return n;
 }
 
+/** §11 STEP/DURATION: the priority number drops by STEP for every DURATION a job has waited. */
+function agingOrNone(value: string): { step: number; everyMs: number } | typeof NONE {
+  if (value === NONE) return NONE;
+  const match = /^(\d+)\/(.+)$/.exec(value);
+  const step = Number(match?.[1]);
+  if (!match || !Number.isSafeInteger(step) || step < 1) {
+    throw new InvalidArgumentError('must be STEP/DURATION with STEP ≥ 1, such as 10/1s, or none');
+  }
+  const everyMs = duration(match[2] as string);
+  if (everyMs < 1) throw new InvalidArgumentError('the duration must be at least 1 ms, e.g. 10/1s');
+  if (everyMs > MAX_PERIOD_MS) throw new InvalidArgumentError('the duration must be at most 1d, e.g. 10/1h');
+  return { step, everyMs };
+}
+
+function floorArg(value: string): number {
+  const n = Number(value);
+  if (!/^-?\d+$/.test(value) || !Number.isSafeInteger(n))
+    throw new InvalidArgumentError('must be an integer');
+  return n;
+}
+
 function rateOrNone(value: string): { limit: number; periodMs: number } | typeof NONE {
   if (value === NONE) return NONE;
   const match = /^(\d+)\/(.+)$/.exec(value);
@@ -112,7 +167,10 @@ function rateOrNone(value: string): { limit: number; periodMs: number } | typeof
   return { limit, periodMs };
 }
 
-type Limits = Pick<QueueInfo, 'paused' | 'concurrency' | 'rateLimit' | 'groupConcurrency' | 'groupRateLimit'>;
+type Limits = Pick<
+  QueueInfo,
+  'paused' | 'concurrency' | 'rateLimit' | 'groupConcurrency' | 'groupRateLimit' | 'priorityAging'
+>;
 
 function limits(q: Limits): string {
   const parts = [
@@ -121,6 +179,7 @@ function limits(q: Limits): string {
     q.rateLimit === null ? null : `${rate(q.rateLimit)}`,
     q.groupConcurrency === null ? null : `group concurrency ${q.groupConcurrency}`,
     q.groupRateLimit === null ? null : `${rate(q.groupRateLimit)} per group`,
+    q.priorityAging === null ? null : `priority aging ${aging(q.priorityAging)}`,
   ];
   return parts.filter((part) => part !== null).join(', ');
 }
@@ -129,7 +188,7 @@ function render(queues: QueueInfo[]): string {
   if (queues.length === 0)
     return 'No queues: none is configured and none has waiting, pending or running jobs.';
   return table(
-    ['QUEUE', 'STATE', 'WAITING', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT', 'PER GROUP'],
+    ['QUEUE', 'STATE', 'WAITING', 'PENDING', 'RUNNING', 'CONCURRENCY', 'RATE LIMIT', 'PER GROUP', 'AGING'],
     queues.map((q) => [
       q.name,
       q.paused ? style.yellow('paused') : 'active',
@@ -139,8 +198,14 @@ function render(queues: QueueInfo[]): string {
       q.concurrency === null ? '–' : String(q.concurrency),
       q.rateLimit === null ? '–' : rate(q.rateLimit),
       perGroup(q),
+      q.priorityAging === null ? '–' : aging(q.priorityAging),
     ]),
   );
+}
+
+/** §11 `10 per 1 s, floor 0`. */
+function aging(a: { everyMs: number; step: number; floor: number }): string {
+  return `${a.step} per ${exactDuration(a.everyMs)}, floor ${a.floor}`;
 }
 
 function rate(limit: { limit: number; periodMs: number }): string {

@@ -839,7 +839,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       pending: 1,
       running: 0,
     });
-    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +–\n/);
+    expect(ok(await run(['queues']))).toMatch(/\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +– +–\n/);
     expect(
       ok(
         await run(['configure-queue', 'cli-mail', '--group-concurrency', '1', '--group-rate-limit', '10/1m']),
@@ -848,7 +848,7 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
       'Queue cli-mail: paused, concurrency 3, 50 per 1 s, group concurrency 1, 10 per 1 min per group.\n',
     );
     expect(ok(await run(['queues']))).toMatch(
-      /\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +1 running, 10 per 1 min\n/,
+      /\ncli-mail +paused +0 +1 +0 +3 +50 per 1 s +1 running, 10 per 1 min +–\n/,
     );
     const grouped = json(
       await run(['enqueue', 'cli.q', '--queue', 'cli-mail', '--group', 'tenant-7', '--json']),
@@ -894,6 +894,39 @@ describe.concurrent('each subcommand, independently', { timeout: 180_000 }, () =
     oneLineError(zeroRate, 2, /--rate-limit.*N ≥ 1/);
     oneLineError(zeroPeriod, 2, /--rate-limit.*period must be at least 1 ms/);
     oneLineError(badConcurrency, 2, /--concurrency.*must be a positive integer or none/);
+  });
+
+  test('configure-queue --priority-aging (SPEC §11): set, shown, cleared; bad input exits 2 with nothing written', async () => {
+    await queue.enqueue('cli.q', null, { queue: 'cli-aging' });
+    expect(
+      ok(await run(['configure-queue', 'cli-aging', '--priority-aging', '10/1s', '--aging-floor', '5'])),
+    ).toBe('Queue cli-aging: active, priority aging 10 per 1 s, floor 5.\n');
+    const listed = json(await run(['queues', '--json'])) as { name: string }[];
+    expect(listed.find((q) => q.name === 'cli-aging')).toMatchObject({
+      priorityAging: { everyMs: 1000, step: 10, floor: 5 },
+    });
+    expect(ok(await run(['queues']))).toMatch(/\ncli-aging +active +0 +1 +0 +– +– +– +10 per 1 s, floor 5\n/);
+    const [badAging, zeroStep, floorAlone, badFloor] = await Promise.all([
+      run(['configure-queue', 'cli-aging', '--priority-aging', 'soon']),
+      run(['configure-queue', 'cli-aging', '--priority-aging', '0/1s']),
+      run(['configure-queue', 'cli-aging', '--aging-floor', '3']),
+      run(['configure-queue', 'cli-aging', '--priority-aging', '1/1s', '--aging-floor', 'low']),
+    ]);
+    oneLineError(badAging, 2, /--priority-aging.*must be STEP\/DURATION/);
+    oneLineError(zeroStep, 2, /--priority-aging.*STEP ≥ 1/);
+    oneLineError(floorAlone, 2, /--aging-floor goes with --priority-aging/);
+    oneLineError(badFloor, 2, /--aging-floor.*must be an integer/);
+    expect((await queue.queues()).find((q) => q.name === 'cli-aging')?.priorityAging).toEqual({
+      everyMs: 1000,
+      step: 10,
+      floor: 5,
+    });
+    expect(
+      json(await run(['configure-queue', 'cli-aging', '--priority-aging', 'none', '--json'])),
+    ).toMatchObject({
+      name: 'cli-aging',
+      priorityAging: null,
+    });
   });
 
   test('enqueue --dedupe-scope pending (SPEC §8): a hit names the queued job; bad input exits 2', async () => {
