@@ -14,9 +14,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
-import pg from 'pg';
 import { Queue, Worker } from '../src/index.js';
 import type { JobContext } from '../src/worker/options.js';
+import { closeAdminPools, dropSchema } from './lib/db.js';
 
 const URL = process.env.DATABASE_URL;
 if (!URL) throw new Error('set DATABASE_URL');
@@ -32,10 +32,8 @@ function machine(): { busy: number; total: number } {
   return { busy: total - (fields[3] ?? 0) - (fields[4] ?? 0), total };
 }
 
-const admin = new pg.Client({ connectionString: URL });
-await admin.connect();
-await admin.query(`DROP SCHEMA IF EXISTS ${SCHEMA} CASCADE`);
-await admin.end();
+await dropSchema(URL, SCHEMA);
+await closeAdminPools();
 const queue = new Queue({ connectionString: URL, schema: SCHEMA });
 await queue.migrate();
 for (let i = 0; i < N; i += 5_000)

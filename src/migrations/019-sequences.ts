@@ -47,6 +47,10 @@ export function unquote(quoted: string): string {
 
 /** The statuses of a key's head: claimable, running, waiting for its retry, or dead. */
 export const SEQUENCE_HELD = `('pending', 'running', 'dead')`;
+/** §11 the WHEN of the row triggers on a head that leaves {pending, running, dead} (migrations 19, 22). */
+export const HEAD_LEAVES = `OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD} AND NEW.status NOT IN ${SEQUENCE_HELD}`;
+/** §11 the WHEN of the row triggers on a deleted head. */
+export const HEAD_DELETED = `OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD}`;
 
 export const sequences: Migration = {
   version: 19,
@@ -131,10 +135,10 @@ BEGIN
 END
 $fn$;
 CREATE TRIGGER sequence_left AFTER UPDATE OF status ON ${s}.jobs FOR EACH ROW
-  WHEN (OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD} AND NEW.status NOT IN ${SEQUENCE_HELD})
+  WHEN (${HEAD_LEAVES})
   EXECUTE FUNCTION ${s}.sequence_left();
 CREATE TRIGGER sequence_deleted AFTER DELETE ON ${s}.jobs FOR EACH ROW
-  WHEN (OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD})
+  WHEN (${HEAD_DELETED})
   EXECUTE FUNCTION ${s}.sequence_left();
 
 -- §11 every insert of a sequenced job, whichever statement makes it: written waiting, and its

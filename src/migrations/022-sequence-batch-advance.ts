@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { notifyChannel, quoteLiteral } from '../db/identifier.js';
-import { recreate, SEQUENCE_HELD, sequences, unquote } from './019-sequences.js';
+import { HEAD_DELETED, HEAD_LEAVES, recreate, SEQUENCE_HELD, sequences, unquote } from './019-sequences.js';
 import type { Migration } from './migration.js';
 
 /**
@@ -119,10 +119,10 @@ BEGIN
 END
 $fn$;
 CREATE TRIGGER sequence_leaving AFTER UPDATE OF status ON ${s}.jobs FOR EACH ROW
-  WHEN (OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD} AND NEW.status NOT IN ${SEQUENCE_HELD})
+  WHEN (${HEAD_LEAVES})
   EXECUTE FUNCTION ${s}.sequence_leaving();
 CREATE TRIGGER sequence_leaving_deleted AFTER DELETE ON ${s}.jobs FOR EACH ROW
-  WHEN (OLD.sequence IS NOT NULL AND OLD.status IN ${SEQUENCE_HELD})
+  WHEN (${HEAD_DELETED})
   EXECUTE FUNCTION ${s}.sequence_leaving();
 
 -- §11 at the end of the statement, after its row triggers, in its transaction: the keys it took
