@@ -26,6 +26,27 @@
  * jobLinks ignoring the API's counts (the split's dialog said "+50 more" of the 100 ids sent
  * instead of "and 9,950 more").
  *
+ * Blocked sequences (SPEC §11): a key whose head a real Worker made dead (PermanentError) is listed
+ * with its key, head job, head status and the count queued behind it, a key whose head is pending
+ * is not, the head button opens the job's dialog, and once the head is requeued the card is empty
+ * again. Deliberate breaks seen failing: renderSequences writing `#` without the head id
+ * (`[ 'acct:1', '#', 'dead', '3' ]`); the page asking for `/sequences?limit=100` without
+ * `blocked=true` (acct:2 listed too); the queued cell showing `s.queued - 1` ('2' instead of '3');
+ * the sequences click handler never opening the job (waiting for the dialog timed out).
+ *
+ * Steps (SPEC §12), made by a real Worker: the job dialog lists each step's name, kind, when and a
+ * preview of its value (a number, an object, a long string cut to 80 characters), and what a
+ * suspended job waits for: the event, the event until its timeout, a sleep's instant; an open
+ * dialog shows the event's value once it is emitted. Deliberate breaks seen failing: stepTable
+ * without the kind cell (the when text came second); without the pending branch (the wait showed
+ * "null", not `waiting for event "some.event"`); without the sleep branch (the nap showed
+ * `{"until":"…"}`, not "sleeping until …"); STEP_PREVIEW = Infinity (the whole string shown);
+ * the pending branch without its ` until …` (the timed wait said only `waiting for event
+ * "other.event"`); the when cell without the instant (it said "now").
+ *
+ * Every page here is opened through `open()`, so the last test's check (no console error, page
+ * error or failed request) covers the sequences card, the job dialogs and their refreshes too.
+ *
  * Needs Chromium at /usr/bin/chromium (CI installs it); the file is skipped without it.
  */
 import { existsSync } from 'node:fs';
@@ -34,9 +55,11 @@ import * as path from 'node:path';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { type AdminServer, startAdminServer } from '../../src/admin/server.js';
+import { PermanentError } from '../../src/errors.js';
 import type { Queue } from '../../src/queue.js';
 import { LIST_WINDOW } from '../../src/store/job-store.js';
 import type { JobStatus } from '../../src/types.js';
+import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
 import { freePort } from '../support/ports.js';
 import { REPO_ROOT } from '../support/spawn.js';
@@ -873,6 +896,235 @@ describe.skipIf(!HAS_CHROMIUM)(
         }
       } finally {
         await db.sql(`DELETE FROM ${db.jobs} WHERE flow_id = $1`, [flowId]);
+      }
+    });
+
+    test('blocked sequences: a dead head is listed with its key, its job and the jobs behind it; a live key is not; the head opens its job', async () => {
+      // SPEC §11. Key acct:1: its head fails for good in a real Worker (PermanentError) and three
+      // jobs wait behind it. Key acct:2: its head is pending (no worker runs its task), one job
+      // behind: a sequence, but not a blocked one.
+      const page = await open(server.url);
+      await page.waitForSelector('body[data-loaded="true"]');
+      const card = page.locator('#sequences');
+      const cardRows = () =>
+        card
+          .locator('tr')
+          .evaluateAll((rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
+      expect(await cardRows()).toEqual([['No blocked sequences.']]);
+      const worker = db.worker({
+        queue,
+        tasks: {
+          'browser.seq.charge': async () => {
+            throw new PermanentError('card declined (test)');
+          },
+        },
+      });
+      try {
+        const head = (await queue.enqueue('browser.seq.charge', { account: 1 }, { sequence: 'acct:1' })).id;
+        for (let n = 1; n <= 3; n++)
+          await queue.enqueue('browser.seq.post', { account: 1, n }, { sequence: 'acct:1' });
+        const live = (await queue.enqueue('browser.seq.post', { account: 2 }, { sequence: 'acct:2' })).id;
+        await queue.enqueue('browser.seq.post', { account: 2, n: 1 }, { sequence: 'acct:2' });
+        await worker.start();
+        await expect.poll(async () => (await queue.get(head))?.status).toBe('dead');
+        expect(await queue.sequences()).toEqual([
+          { key: 'acct:1', headId: head, headStatus: 'dead', queued: 3 },
+          { key: 'acct:2', headId: live, headStatus: 'pending', queued: 1 },
+        ]);
+
+        // The page's next refreshes list the blocked key, and only it.
+        await expect.poll(cardRows).toEqual([['acct:1', `#${head}`, 'dead', '3']]);
+        const button = card.locator('tr[data-sequence="acct:1"] button.sequence-head');
+        expect(await button.getAttribute('data-job')).toBe(head);
+
+        // Its head button opens the dead job, which offers Requeue.
+        await button.click();
+        const dialog = page.locator('dialog#detail');
+        await dialog.waitFor({ state: 'visible' });
+        expect(await page.locator('#detail-title').textContent()).toBe(`Job ${head} · browser.seq.charge`);
+        expect(await dialog.getAttribute('data-status')).toBe('dead');
+        expect(await page.locator('[data-testid="detail-error"]').textContent()).toContain(
+          'card declined (test)',
+        );
+        expect(await page.locator('[data-testid="requeue"]').isVisible()).toBe(true);
+
+        // Requeued (no worker for it now: it stays pending, at the head), the key is not blocked.
+        await worker.stop();
+        await page.click('[data-testid="requeue"]');
+        await page.locator('dialog#confirm').waitFor({ state: 'visible' });
+        await page.click('[data-testid="confirm-ok"]');
+        await page.waitForSelector('dialog#detail[data-status="pending"]');
+        await expect.poll(cardRows).toEqual([['No blocked sequences.']]);
+        expect(await queue.sequences({ blocked: true })).toEqual([]);
+        expect((await queue.sequences()).find((s) => s.key === 'acct:1')).toEqual({
+          key: 'acct:1',
+          headId: head,
+          headStatus: 'pending',
+          queued: 3,
+        });
+        await page.keyboard.press('Escape');
+        await dialog.waitFor({ state: 'hidden' });
+        await page.context().close();
+      } finally {
+        await worker.stop();
+        await db.sql(`DELETE FROM ${db.jobs} WHERE task LIKE 'browser.seq.%'`);
+      }
+    });
+
+    test("the job dialog lists a job's steps (name, kind, when, value preview) and what a suspended job waits for", async () => {
+      // SPEC §12, through a real Worker: three steps (a number, an object, a long string whose
+      // preview is cut and that looks like markup) and then a wait for an event; a step and a
+      // sleep of an hour; a wait with a timeout. Values are data: shown as text.
+      const order = { invoice: 'INV-2026-9001', lines: [{ sku: 'A-1', qty: 2 }], total: 18.5 };
+      const long = `<b>not bold</b> ${'0123456789'.repeat(12)}`;
+      const HOUR = 3_600_000;
+      const worker = db.worker({
+        queue,
+        tasks: {
+          'browser.steps.approve': async (_payload: unknown, ctx: JobContext) => {
+            await ctx.step('count', () => 42);
+            await ctx.step('order', () => order);
+            await ctx.step('report', () => long);
+            return ctx.waitForEvent('w', 'some.event');
+          },
+          'browser.steps.nap': async (_payload: unknown, ctx: JobContext) => {
+            await ctx.step('before', () => true);
+            await ctx.sleep('nap', HOUR);
+            return null;
+          },
+          'browser.steps.reply': async (_payload: unknown, ctx: JobContext) =>
+            ctx.waitForEvent('reply', 'other.event', { timeoutMs: 2 * HOUR }),
+        },
+      });
+      await worker.start();
+      try {
+        const approve = (await queue.enqueue('browser.steps.approve', {})).id;
+        const nap = (await queue.enqueue('browser.steps.nap', {})).id;
+        const reply = (await queue.enqueue('browser.steps.reply', {})).id;
+        const suspended = async (id: string) => {
+          const [job, steps] = await Promise.all([queue.get(id), queue.steps(id)]);
+          return { status: job?.status, steps: steps.map((s) => [s.name, s.kind, s.pending ?? false]) };
+        };
+        await expect
+          .poll(() => suspended(approve))
+          .toEqual({
+            status: 'waiting',
+            steps: [
+              ['count', 'step', false],
+              ['order', 'step', false],
+              ['report', 'step', false],
+              ['w', 'event', true],
+            ],
+          });
+        await expect
+          .poll(() => suspended(nap))
+          .toEqual({
+            status: 'pending',
+            steps: [
+              ['before', 'step', false],
+              ['nap', 'sleep', false],
+            ],
+          });
+        await expect
+          .poll(() => suspended(reply))
+          .toEqual({ status: 'waiting', steps: [['reply', 'event', true]] });
+
+        /** The dialog of job `id`: its step rows' cells, the dialog's status, the page. */
+        const dialogOf = async (id: string, task: string) => {
+          const page = await open(`${server.url}#/jobs/${id}`);
+          await page.locator('dialog#detail').waitFor({ state: 'visible' });
+          expect(await page.locator('#detail-title').textContent()).toBe(`Job ${id} · ${task}`);
+          const table = page.locator('table[data-testid="detail-steps"]');
+          expect(await table.locator('thead th').allTextContents()).toEqual([
+            'name',
+            'kind',
+            'when',
+            'value',
+          ]);
+          return page;
+        };
+        const stepRows = (page: Page) =>
+          page
+            .locator('[data-testid="detail-steps"] tbody tr')
+            .evaluateAll((rows) => rows.map((row) => [...row.children].map((cell) => cell.textContent)));
+        /** An instant as the page writes it (its locale and time zone). */
+        const local = (page: Page, at: Date) =>
+          page.evaluate((iso) => new Date(iso).toLocaleString(), at.toISOString());
+        /**
+         * The "when" cell of a step that completed (or began) seconds ago: the instant, then how
+         * long ago (the database's clock against the browser's: "in 1 s" if the server's is ahead).
+         */
+        const when = async (page: Page, at: Date) =>
+          expect.stringMatching(
+            new RegExp(
+              `^${(await local(page, at)).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\((now|\\d+ s ago|in \\d+ s)\\)$`,
+            ),
+          );
+
+        // Steps, then the event it waits for.
+        const approveSteps = await queue.steps(approve);
+        const cut = `${JSON.stringify(long).slice(0, 79)}…`;
+        expect(cut).toHaveLength(80);
+        let page = await dialogOf(approve, 'browser.steps.approve');
+        expect(await page.locator('dialog#detail').getAttribute('data-status')).toBe('waiting');
+        const at = approveSteps.map((s) => s.completedAt);
+        // The object as stored (jsonb orders its keys), in one line.
+        expect(approveSteps[1]?.value).toEqual(order);
+        const orderShown = JSON.stringify(approveSteps[1]?.value);
+        expect(orderShown.length).toBeLessThan(80);
+        expect(await stepRows(page)).toEqual([
+          ['count', 'step', await when(page, at[0] as Date), '42'],
+          ['order', 'step', await when(page, at[1] as Date), orderShown],
+          ['report', 'step', await when(page, at[2] as Date), cut],
+          ['w', 'event', await when(page, at[3] as Date), 'waiting for event "some.event"'],
+        ]);
+        expect(await page.locator('[data-testid="detail-steps"] b').count()).toBe(0);
+
+        // Answered while the dialog is open: its refresh shows the event's value and the job done.
+        expect(await queue.emitEvent('some.event', { approved: true })).toBe(true);
+        await page.waitForSelector('dialog#detail[data-status="done"]');
+        await expect
+          .poll(async () => (await stepRows(page)).map((cells) => [cells[0], cells[1], cells[3]]))
+          .toEqual([
+            ['count', 'step', '42'],
+            ['order', 'step', orderShown],
+            ['report', 'step', cut],
+            ['w', 'event', '{"payload":{"approved":true}}'],
+          ]);
+        await page.context().close();
+
+        // A sleep: the instant it wakes at.
+        const [before, napStep] = await queue.steps(nap);
+        expect(napStep?.wakeAt?.getTime()).toBeGreaterThan(Date.now() + HOUR - 60_000);
+        page = await dialogOf(nap, 'browser.steps.nap');
+        expect(await page.locator('dialog#detail').getAttribute('data-status')).toBe('pending');
+        expect(await stepRows(page)).toEqual([
+          ['before', 'step', await when(page, before?.completedAt as Date), 'true'],
+          [
+            'nap',
+            'sleep',
+            await when(page, napStep?.completedAt as Date),
+            `sleeping until ${await local(page, napStep?.wakeAt as Date)}`,
+          ],
+        ]);
+        await page.context().close();
+
+        // An event wait with a timeout: the event, until the timeout.
+        const [replyStep] = await queue.steps(reply);
+        expect(replyStep?.wakeAt?.getTime()).toBeGreaterThan(Date.now() + 2 * HOUR - 60_000);
+        page = await dialogOf(reply, 'browser.steps.reply');
+        expect(await stepRows(page)).toEqual([
+          [
+            'reply',
+            'event',
+            await when(page, replyStep?.completedAt as Date),
+            `waiting for event "other.event" until ${await local(page, replyStep?.wakeAt as Date)}`,
+          ],
+        ]);
+        await page.context().close();
+      } finally {
+        await worker.stop();
+        await db.sql(`DELETE FROM ${db.jobs} WHERE task LIKE 'browser.steps.%'`);
       }
     });
 
