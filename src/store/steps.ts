@@ -129,12 +129,15 @@ export function stepSql(s: string) {
     /**
      * §12 waits whose timeout passed (§1.4 database time) become pending, their wait answered
      * null in the same statement (an emit before the rerun cannot change it), at most $1 at a time; SKIP LOCKED (an emit or a cancel holding one decides it); the
-     * outer WHERE re-checks the locked row (§1.2); §1.9 the wake-up hint. $1 limit, $2 channel.
+     * outer WHERE re-checks the locked row (§1.2); §1.9 the wake-up hint. Only waits with no
+     * dependency left are picked (one whose dependency was requeued waits for it first): picked
+     * and not woken, $1 of them would fill every pass and no other timeout would ever wake.
+     * $1 limit, $2 channel.
      */
     waitWakeTimedOut: `
       WITH due AS MATERIALIZED (
         SELECT id FROM ${jobs}
-        WHERE status = 'waiting' AND wait_timeout IS NOT NULL AND wait_timeout <= now()
+        WHERE status = 'waiting' AND wait_timeout IS NOT NULL AND wait_timeout <= now() AND deps_left = 0
         ORDER BY wait_timeout LIMIT $1
         FOR NO KEY UPDATE SKIP LOCKED
       ), woken AS (

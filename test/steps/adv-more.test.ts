@@ -102,3 +102,24 @@ test('a cancelled waiting job does not keep its event from prune forever', async
   process.stdout.write(`events left after prune: ${JSON.stringify(left)}\n`);
   expect(left).toEqual([]);
 });
+
+// Break seen failing: without `AND deps_left = 0` in the reaper's pick (store/steps.ts
+// waitWakeTimedOut), the blocked wait (timed out first) filled the pass of one and nothing woke:
+// `expected [] to deeply equal [ '<id>' ]`.
+test("the reaper's timeout pass is not filled by timed-out waits that still have a dependency left", async () => {
+  const queue = db.queue();
+  const blocked = await queue.enqueue('r.w', {});
+  const free = await queue.enqueue('r.w', {});
+  // a wait whose dependency was requeued (deps_left > 0) timed out first, then a plain one
+  await db.sql(
+    `UPDATE ${db.jobs} SET status = 'waiting', wait_event = 'r-ev',
+            wait_timeout = now() - CASE WHEN id = $1 THEN interval '2 hours' ELSE interval '1 hour' END,
+            deps_left = CASE WHEN id = $1 THEN 1 ELSE 0 END
+      WHERE id IN ($1, $2)`,
+    [blocked.id, free.id],
+  );
+  const engine = engineOf(queue);
+  expect(await engine.store.steps.wakeTimedOut(engine.pool, 1)).toEqual([free.id]);
+  expect(await status(free.id)).toBe('pending');
+  expect(await status(blocked.id)).toBe('waiting');
+});
