@@ -23,6 +23,7 @@ import { sequences } from './019-sequences.js';
 import { steps } from './020-steps.js';
 import { dependencyWake } from './021-dependency-wake.js';
 import { sequenceBatchAdvance } from './022-sequence-batch-advance.js';
+import { sequenceSuspendedHead } from './023-sequence-suspended-head.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -49,6 +50,7 @@ export const MIGRATIONS: readonly Migration[] = [
   steps,
   dependencyWake,
   sequenceBatchAdvance,
+  sequenceSuspendedHead,
 ];
 
 /** The schema version this package needs. */
