@@ -15,6 +15,14 @@ import { performance } from 'node:perf_hooks';
 
 /** The NOTIFY payload of a noted sequence key (migration 22). */
 export const SEQUENCE_HINT = 'sequence';
+/**
+ * A pass found noted keys whose lock another transaction holds (migration 24): they stay noted,
+ * and a listening worker passes again after {@link SEQUENCE_BUSY_RETRY_MS}, not at once (a lock
+ * held open would otherwise keep every listening worker passing and hinting the others).
+ */
+export const SEQUENCE_BUSY_HINT = 'sequence-busy';
+/** How long a listening worker waits before passing over keys a pass found locked. */
+export const SEQUENCE_BUSY_RETRY_MS = 100;
 
 /** What a pass was sent under: handed back to {@link SequenceGate.clean}. */
 export interface PassTicket {

@@ -18,7 +18,7 @@ export function sequenceSql(s: string) {
      * §11 the keys with unfinished jobs after $1 (keyset, key order), at most $2: one descent of
      * each key index per key (a skip scan over jobs_sequence_head_idx and
      * jobs_sequence_waiting_idx, never a scan of a key's jobs), then per key its head — the job
-     * that holds it, else its next waiting job (arrived, not yet advanced) — and its queue.
+     * that holds it (§12 a suspended one too), else its next waiting job (arrived, not yet advanced) — and its queue.
      */
     sequencesAll: `
       WITH RECURSIVE keys(key) AS (
@@ -50,6 +50,10 @@ export function sequenceSql(s: string) {
         SELECT x.id, x.status FROM (
           (SELECT h.id, h.status, 0 AS rank FROM ${jobs} AS h
            WHERE h.sequence = p.key AND h.status IN ${HELD} AND h.sequence IS NOT NULL)
+          UNION ALL
+          -- §12 a head suspended waiting for an event (migration 24: jobs_sequence_suspended_idx)
+          (SELECT h.id, h.status, 0 AS rank FROM ${jobs} AS h
+           WHERE h.sequence = p.key AND h.status = 'waiting' AND h.wait_event IS NOT NULL AND h.sequence IS NOT NULL)
           UNION ALL
           (SELECT w.id, w.status, 1 FROM ${jobs} AS w
            WHERE w.sequence = p.key AND w.status = 'waiting' AND w.sequence IS NOT NULL

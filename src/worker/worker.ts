@@ -24,7 +24,12 @@ import { type Engine, engineOf } from '../engine/engine.js';
 import { ROOM_HINT } from '../engine/limited-queues.js';
 import { claimWithLimits, QUEUE_HINT, roomFreedBy } from '../engine/queues.js';
 import { SCHEDULE_HINT } from '../engine/scheduler.js';
-import { SEQUENCE_HINT, SequenceGate } from '../engine/sequence-gate.js';
+import {
+  SEQUENCE_BUSY_HINT,
+  SEQUENCE_BUSY_RETRY_MS,
+  SEQUENCE_HINT,
+  SequenceGate,
+} from '../engine/sequence-gate.js';
 import { SkiplockError } from '../errors.js';
 import type { Queue } from '../queue.js';
 import { type Tracing, tracing } from '../telemetry/tracing.js';
@@ -477,6 +482,11 @@ export class Worker extends EventEmitter {
     } else if (payload === SEQUENCE_HINT) {
       this.sequenceGate?.dirty(); // a sequence key was noted: the next claims run the pass
       this.wake();
+    } else if (payload === SEQUENCE_BUSY_HINT) {
+      // keys left noted behind another transaction's lock: pass again after a pause
+      this.sequenceGate?.dirty();
+      this.claimLoop.wakeIn(SEQUENCE_BUSY_RETRY_MS);
+      for (const loop of this.batchLoops) loop.wakeIn(SEQUENCE_BUSY_RETRY_MS);
     } else if (!this.probe.heard(payload)) {
       this.wake();
     }

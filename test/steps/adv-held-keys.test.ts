@@ -1,11 +1,17 @@
 /**
- * §12 ctx.waitForEvent in a job that holds a key `waiting` would give up (migration 23).
+ * §12 ctx.waitForEvent in a job that holds a key.
  *
- * Failing on main before migration 23:
- * - dedupe key: the second enqueue of the key made a second job while the first waited; the
- *   emit then raised 23505 on jobs_dedupe_key_idx (event not set, every waiter on it left waiting);
- * - sequence: the head's `waiting` left the key and the advance put the head itself back to
- *   pending at once: claimed and suspended again in a loop (247 runs in 1.5 s), never waiting.
+ * Failing on main before migrations 23 and 24:
+ * - dedupe key (refused since migration 23): the second enqueue of the key made a second job
+ *   while the first waited; the emit then raised 23505 on jobs_dedupe_key_idx (event not set,
+ *   every waiter on it left waiting);
+ * - sequence (a waiting head holds its key since migration 24): the head's `waiting` left the key
+ *   and the advance put the head itself back to pending at once: claimed and suspended again in
+ *   a loop (247 runs in 1.5 s), never waiting. Migration 24's two parts, each broken alone, are
+ *   caught by test/queue/adv-seq-steps.test.ts (the trigger WHEN of migration 22 kept: a cancelled
+ *   suspended head left its key stuck, `expected [ 'cancelled', 'waiting' ]`; the advance's head
+ *   lookup without suspended heads: a late commit ran beside the suspended head); this test
+ *   checks what a user sees of both together.
  */
 import { expect, test } from 'vitest';
 import type { JobContext } from '../../src/worker/options.js';
@@ -55,14 +61,19 @@ test('a job with a dedupe key cannot wait (its key would be free, the emit would
   await worker.stop();
 });
 
-test('a sequence head cannot wait for an event (no busy loop); a dead head holds the key until cancelled; sleep still holds the key', async () => {
+test('a sequence head waiting for an event holds its key (ran once, no busy loop), the next job runs after the emit; sleep holds the key too', async () => {
   const queue = db.queue();
   const runs = new Map<string, number>();
   const order: string[] = [];
   const worker = db.worker({
     queue,
     tasks: {
-      'seq.wait': waiter(runs),
+      'seq.wait': async (payload: { event: string }, ctx: JobContext) => {
+        runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+        const got = await ctx.waitForEvent('got', payload.event);
+        order.push(`wait ${ctx.job.id}`);
+        return { got };
+      },
       'seq.sleep': async (_: unknown, ctx: JobContext) => {
         runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
         await ctx.sleep('nap', 400);
@@ -80,14 +91,19 @@ test('a sequence head cannot wait for an event (no busy loop); a dead head holds
   await worker.start();
   const head = await queue.enqueue('seq.wait', { event: 'seq-ev' }, { sequence: 'k1', maxAttempts: 1 });
   const next = await queue.enqueue('seq.next', {}, { sequence: 'k1' });
-  const ended = await queue.waitFor(head.id, { timeoutMs: 10_000 });
-  expect(ended.status).toBe('dead');
-  expect(ended.lastError).toMatch(/sequence/);
+  await expect.poll(async () => (await row(head.id))?.status).toBe('waiting');
+  // give the worker time to loop if the key moved on: it must not
+  await new Promise((resolve) => setTimeout(resolve, 1_000));
+  expect(await row(head.id)).toMatchObject({ status: 'waiting', wait_event: 'seq-ev', claims: 1 });
   expect(runs.get(head.id)).toBe(1);
-  // a dead head holds its key (§11) and the next job is not started; cancelling it moves the key on
   expect((await row(next.id))?.status).toBe('waiting');
-  expect(await queue.cancel(head.id)).toBe(true);
+  const [info] = await queue.sequences();
+  expect(info).toMatchObject({ key: 'k1', headId: head.id, headStatus: 'waiting', queued: 1 });
+  expect(await queue.emitEvent('seq-ev', { ok: 1 })).toBe(true);
   expect((await queue.waitFor(next.id, { timeoutMs: 10_000 })).status).toBe('done');
+  expect((await queue.get(head.id))?.status).toBe('done');
+  expect(order).toEqual([`wait ${head.id}`, `next ${next.id}`]);
+  expect(runs.get(head.id)).toBe(2);
   // a sleeping head stays pending: the next job of its key waits for it
   const sleeper = await queue.enqueue('seq.sleep', {}, { sequence: 'k2' });
   const after = await queue.enqueue('seq.next', {}, { sequence: 'k2' });
