@@ -38,15 +38,15 @@ export const WRITTEN_RENEWED: StepWritten = 2;
 /** What ctx.sleep's statement answered (see `step_sleep` in migration 20). */
 export type SleepState = 'lost' | 'kind' | 'keyed' | 'cancelled' | 'resolved' | 'suspended';
 /**
- * What ctx.waitForEvent's statement answered (see `step_wait` in migration 20; 'deduped' and
- * 'sequenced' since migration 23: a job that holds such a key cannot wait).
+ * What ctx.waitForEvent's statement answered (see `step_wait` in migration 20; 'deduped' since
+ * migration 23: a job with a dedupe key cannot wait. A sequenced job waits holding its key since
+ * migration 24).
  */
 export type WaitState =
   | 'lost'
   | 'kind'
   | 'keyed'
   | 'deduped'
-  | 'sequenced'
   | 'cancelled'
   | 'resolved'
   | 'set'
@@ -114,7 +114,7 @@ export function stepSql(s: string) {
     /** §12 ctx.sleep (function step_sleep, migration 20). */
     stepSleep: `SELECT state, ${MS('wake_at')} FROM ${s}.step_sleep($1, $2, $3, $4::bigint, $5, $6::timestamptz, $7::float8)`,
 
-    /** §12 ctx.waitForEvent (function step_wait, migration 20; recreated by migration 23). */
+    /** §12 ctx.waitForEvent (function step_wait, migration 20; recreated by migrations 23 and 24). */
     stepWait: `SELECT state, value::text AS value FROM ${s}.step_wait($1, $2, $3, $4::bigint, $5, $6, $7::float8)`,
 
     /** §12 queue.emitEvent (function emit_event, migration 20). $1 name, $2 payload, $3 channel. */

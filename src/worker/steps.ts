@@ -156,11 +156,6 @@ export class JobSteps {
         'ctx.waitForEvent',
         `job ${job.id} holds a dedupe key, which a waiting job does not hold (another job of the key could be enqueued meanwhile): use ctx.sleep or ctx.step, or enqueue the job without a dedupe key`,
       );
-    if (state === 'sequenced')
-      throw new ValidationError(
-        'ctx.waitForEvent',
-        `job ${job.id} is the head of a sequence, whose key a waiting job does not hold (the key would move on): use ctx.sleep or ctx.step in a sequenced job`,
-      );
     if (state === 'cancelled') {
       this.run.suspended = { kind: 'cancelled', until: null, event: null };
       throw this.run.signal.aborted ? this.run.signal.reason : new JobSuspended(job.id, kind, null, null);
