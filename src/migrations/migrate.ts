@@ -24,7 +24,7 @@ import { steps } from './020-steps.js';
 import { dependencyWake } from './021-dependency-wake.js';
 import { sequenceBatchAdvance } from './022-sequence-batch-advance.js';
 import { heldKeysWait } from './023-held-keys-wait.js';
-import { sequenceSuspendedHead } from './024-sequence-suspended-head.js';
+import { sequenceWait } from './024-sequence-wait.js';
 import type { Migration } from './migration.js';
 
 /** Every migration, in order. Append only: a released migration never changes. */
@@ -52,7 +52,7 @@ export const MIGRATIONS: readonly Migration[] = [
   dependencyWake,
   sequenceBatchAdvance,
   heldKeysWait,
-  sequenceSuspendedHead,
+  sequenceWait,
 ];
 
 /** The schema version this package needs. */

@@ -39,7 +39,8 @@ export const WRITTEN_RENEWED: StepWritten = 2;
 export type SleepState = 'lost' | 'kind' | 'keyed' | 'cancelled' | 'resolved' | 'suspended';
 /**
  * What ctx.waitForEvent's statement answered (see `step_wait` in migration 20; 'deduped' since
- * migration 23: a job with a dedupe key cannot wait — recreated by migration 24).
+ * migration 23: a job with a dedupe key cannot wait. A sequenced job waits holding its key since
+ * migration 24).
  */
 export type WaitState =
   | 'lost'

@@ -1,7 +1,7 @@
 /**
  * §11 sequences × §12 ctx.waitForEvent: a sequenced head that suspends waiting for an event holds
- * its key (as a delayed or retrying head does) until it ends (migration 24). Each test failed
- * before it (checked by leaving migration 24 out, 2026-12-04):
+ * its key (as a delayed or retrying head does) until it ends (migration 24). Each test failed on
+ * main before migrations 23 and 24 (checked 2026-12-04, with the fix left out):
  * - the suspended head triggered its key's advance, which made the head itself pending again at
  *   once (its wait_event still set): the worker reran it hundreds of times a second until the
  *   event came ("pending, claims 2223" where "waiting, claims 1" was expected);

@@ -310,4 +310,55 @@ describe('migrations', () => {
     expect(pass.jobs.map((j) => j.task)).toEqual(['v15.limited']);
     expect(await queue.claim('w16', { limit: 5 })).toEqual([]);
   });
+  test("migration 24 on a version-23 schema: an event waiter beside its key's holder (data of a version before 23) joins the queue; the new index holds a waiting head", async () => {
+    const schema = 'from_v23';
+    const s = await schemaAt(schema, 23);
+    const insert = async (key: string) =>
+      (
+        (await db.sql<{ id: string }>(
+          `INSERT INTO ${s}.jobs (task, sequence) VALUES ('v23.job', $1) RETURNING id::text AS id`,
+          [key],
+        )) as [{ id: string }]
+      )[0].id;
+    // m1: a pending head, and a job waiting for an event beside it (a late commit advanced past it)
+    const head = await insert('m1');
+    const beside = await insert('m1');
+    // m2: two jobs of one key waiting for an event, no other holder
+    const first = await insert('m2');
+    const second = await insert('m2');
+    const plain = await insert('m3');
+    await db.sql(`DELETE FROM ${s}.sequence_arrivals`);
+    await db.sql(`UPDATE ${s}.jobs SET status = 'pending' WHERE id = $1`, [head]);
+    await db.sql(
+      `UPDATE ${s}.jobs SET wait_event = 'ev-' || sequence, wait_timeout = now() + interval '1 hour' WHERE id = ANY ($1::bigint[])`,
+      [[beside, first, second]],
+    );
+    const queue = db.queue({ schema });
+    expect((await queue.migrate()).applied).toEqual([24]);
+    const rows = await db.sql<{
+      id: string;
+      status: string;
+      wait_event: string | null;
+      wait_timeout: Date | null;
+    }>(`SELECT id::text AS id, status, wait_event, wait_timeout FROM ${s}.jobs ORDER BY id`);
+    expect(rows.map((r) => [r.id, r.status, r.wait_event, r.wait_timeout === null])).toEqual([
+      [head, 'pending', null, true],
+      [beside, 'waiting', null, true], // queued behind the head
+      [first, 'waiting', 'ev-m2', false], // the key's holder
+      [second, 'waiting', null, true], // queued behind it
+      [plain, 'waiting', null, true], // untouched
+    ]);
+    expect(await queue.sequences()).toEqual([
+      { key: 'm1', headId: head, headStatus: 'pending', queued: 1 },
+      { key: 'm2', headId: first, headStatus: 'waiting', queued: 1 },
+      { key: 'm3', headId: plain, headStatus: 'waiting', queued: 0 },
+    ]);
+    // the new index counts the event waiter: no second holder of m2
+    await expect(db.sql(`UPDATE ${s}.jobs SET status = 'pending' WHERE id = $1`, [second])).rejects.toThrow(
+      /jobs_sequence_head_idx/,
+    );
+    expect(await queue.emitEvent('ev-m2', null)).toBe(true);
+    expect((await queue.get(first))?.status).toBe('pending');
+    expect((await queue.get(second))?.status).toBe('waiting');
+  });
 });
