@@ -24,10 +24,18 @@ import type { Migration } from './migration.js';
  * migration 22's text). `step_wait` (from migration 23's text) no longer refuses a sequenced job;
  * a job with a dedupe key is still refused ('deduped').
  *
- * Data a version before 23 may have left — a sequenced job waiting for an event beside its key's
- * head (a late commit advanced past it), or behind another such waiter — would break the new
- * unique index: it joins its key's queue instead (`wait_event` cleared; its wait stays registered
- * in `job_steps`, so its next run finds the event set, or its timeout passed, or waits again).
+ * Data a version before 23 may have left is repaired first (with the old row triggers dropped,
+ * whose advance would undo it), else the new unique index, an emit or the reaper's timeout pass
+ * would fail on it (SQLSTATE 23505, for every waiter of the event):
+ * - a job of a key that never started, pending beside the key's suspended head that had started
+ *   (a late commit version 22's advance took past the head): back to waiting behind the head, as
+ *   §11 says a late commit runs right after the job that started;
+ * - a sequenced job waiting for an event beside a holder of its key that has started (running,
+ *   dead, pending again), or behind another such waiter: it joins its key's queue (`wait_event`
+ *   cleared; its wait stays registered in `job_steps`, so its next run finds the event set, or its
+ *   timeout passed, or waits again);
+ * - a job with a dedupe key waiting for an event (refused since 23): its key, which it did not
+ *   hold while waiting, may be held by another job now; it gives the key up.
  *
  * Also: the pass's hint for keys it found locked is now 'sequence-busy' (SEQUENCE_BUSY_HINT): a
  * listening worker comes back to them after a pause (engine/sequence-gate.ts) instead of at once
@@ -47,13 +55,31 @@ export const sequenceWait: Migration = {
   sql: (s) => {
     const channel = quoteLiteral(notifyChannel(unquote(s)));
     return `
--- data of a version before 23 (see the header): an event waiter beside its key's holder joins the queue
+-- data earlier versions may have left (see the header), repaired with the old row triggers gone
+-- (their advance would undo the repair; the statement trigger finds no key listed)
+DROP TRIGGER sequence_leaving ON ${s}.jobs;
+DROP TRIGGER sequence_leaving_deleted ON ${s}.jobs;
+-- a job of a key that never started, pending beside the key's suspended head, which had started
+-- (a late commit that version 22's advance took past the head): it waits behind the head again,
+-- as §11 says it runs right after it
+UPDATE ${s}.jobs AS j SET status = 'waiting', updated_at = now()
+WHERE j.sequence IS NOT NULL AND j.status = 'pending' AND j.claims = 0 AND j.wait_event IS NULL
+  AND EXISTS (SELECT 1 FROM ${s}.jobs AS x
+              WHERE x.sequence = j.sequence AND x.status = 'waiting' AND x.wait_event IS NOT NULL
+                AND x.claims > 0);
+-- an event waiter beside its key's holder (one that has started: running, dead, or pending again),
+-- or behind another event waiter of its key, joins the queue
 UPDATE ${s}.jobs AS j SET wait_event = NULL, wait_timeout = NULL, updated_at = now()
 WHERE j.sequence IS NOT NULL AND j.status = 'waiting' AND j.wait_event IS NOT NULL
   AND EXISTS (SELECT 1 FROM ${s}.jobs AS h
               WHERE h.sequence = j.sequence AND h.id <> j.id
                 AND (h.status IN ${SEQUENCE_HELD}
                      OR (h.status = 'waiting' AND h.wait_event IS NOT NULL AND h.id < j.id)));
+-- §12 a job with a dedupe key waiting for an event (versions 20–22; refused since 23): its key
+-- was not held while it waited, so another job may hold it now and the emit that wakes it would
+-- break the key's index (failing for every waiter of the event); it gives the key up
+UPDATE ${s}.jobs SET dedupe_key = NULL, updated_at = now()
+WHERE status = 'waiting' AND wait_event IS NOT NULL AND dedupe_key IS NOT NULL;
 
 -- §11 the proof: at most one job of a key holds it (claimable, running, retrying, dead, or
 -- waiting for an event)
@@ -69,8 +95,6 @@ ALTER INDEX ${s}.jobs_sequence_waiting_24_idx RENAME TO jobs_sequence_waiting_id
 
 -- §11 a head left the hold (done, cancelled, deleted; or back to waiting by a late commit): its
 -- key joins this statement's list (migration 22's functions, new WHENs)
-DROP TRIGGER sequence_leaving ON ${s}.jobs;
-DROP TRIGGER sequence_leaving_deleted ON ${s}.jobs;
 CREATE TRIGGER sequence_leaving AFTER UPDATE OF status, wait_event ON ${s}.jobs FOR EACH ROW
   WHEN (${HEAD_LEAVES_24})
   EXECUTE FUNCTION ${s}.sequence_leaving();

@@ -16,25 +16,13 @@ import { NotMigratedError } from '../../src/errors.js';
 import { LATEST_VERSION, MIGRATIONS } from '../../src/migrations/migrate.js';
 import { useTestDatabase } from '../support/database.js';
 import { jobsTable } from '../support/schema.js';
+import { schemaAt as schemaAtVersion } from '../support/schema-at.js';
 import { REPO_ROOT } from '../support/spawn.js';
 
 const db = useTestDatabase();
 
 /** A new schema `name` (quoted, returned) built by the migrations up to `version`, as that version left it. */
-async function schemaAt(name: string, version: number): Promise<string> {
-  const s = quoteIdent(name);
-  await db.sql(`CREATE SCHEMA ${s}`);
-  await db.sql(`CREATE TABLE ${s}.migrations (version integer PRIMARY KEY, name text NOT NULL,
-                applied_at timestamptz NOT NULL DEFAULT now())`);
-  for (const migration of MIGRATIONS.filter((m) => m.version <= version)) {
-    await db.sql(migration.sql(s));
-    await db.sql(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [
-      migration.version,
-      migration.name,
-    ]);
-  }
-  return s;
-}
+const schemaAt = (name: string, version: number) => schemaAtVersion(db, name, version);
 
 describe('migrations', () => {
   test('five processes migrating one new schema at once all succeed; it is applied once', async () => {
