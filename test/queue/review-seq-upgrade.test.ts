@@ -8,6 +8,9 @@
  * never-started job back behind the suspended head (§11: a late commit runs right after the job
  * that started). Break seen failing: that repair left out (`expected [ 'pending', 'waiting' ]` for
  * J and X, the suspended head moved into the queue by the second repair instead).
+ * When J has already run and died it cannot be un-started: the suspended job X joins the key's
+ * queue instead (its wait stays registered), the dead J holds the key, and the emit wakes the
+ * other waiters (failed before that repair: 23505, Y left waiting).
  */
 import { describe, expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
@@ -76,7 +79,6 @@ describe('review: migration 24 on a version-22 schema with a suspended sequence 
       error = e;
     }
     // observed on main: error 23505 jobs_sequence_head_idx; Y and X still waiting, the event unset
-    if (error) console.log('OBSERVED', String(error), (error as { cause?: unknown }).cause);
     expect((error as { code?: string } | null)?.code ?? null).toBe(null);
     expect(await status(s, [y])).toEqual(['pending']);
     // one head for the key at all times
@@ -101,9 +103,24 @@ describe('review: migration 24 on a version-22 schema with a suspended sequence 
     } catch (e) {
       error = e;
     }
-    if (error) console.log('OBSERVED', String(error), (error as { cause?: unknown }).cause);
     expect((error as { code?: string } | null)?.code ?? null).toBe(null);
     expect(await status(s, [y])).toEqual(['pending']);
+  });
+
+  test('emitEvent after the upgrade, the second head having run and died: the suspended job waits behind it', async () => {
+    const schema = 'review_v22_dead';
+    const s = await schemaAt(schema, 22);
+    const { j, x, y } = await v22TwoHeads(s, 'ev-dead', 'NULL');
+    // the job made pending beside the suspended head ran and died (§11: a dead head holds its key)
+    await db.sql(`UPDATE ${s}.jobs SET status = 'dead', claims = 1, attempts = 1 WHERE id = $1`, [j]);
+    const queue = db.queue({ schema });
+    await queue.migrate();
+    expect(await queue.emitEvent('ev-dead', 1)).toBe(true);
+    expect(await status(s, [y])).toEqual(['pending']);
+    expect(await status(s, [j, x])).toEqual(['dead', 'waiting']);
+    expect((await queue.sequences()).map((k) => [k.key, k.headId, k.headStatus, k.queued])).toEqual([
+      ['k', j, 'dead', 1],
+    ]);
   });
 
   for (const from of [22, 23]) {
