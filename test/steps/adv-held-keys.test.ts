@@ -27,27 +27,17 @@
  * lets the lookup use jobs_sequence_waiting_idx, whose predicate now has `wait_event IS NULL`.
  * test/queue/migrations.test.ts › "migration 24 …" covers the data a version before 23 left.
  */
-import pg from 'pg';
-import { afterAll, expect, onTestFinished, test } from 'vitest';
+import { expect, onTestFinished, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
+import { heldClients } from '../support/held-clients.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 const S = quoteIdent(TEST_SCHEMA);
-const clients: pg.Client[] = [];
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
-});
-async function client(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  c.on('error', () => undefined);
-  await c.connect();
-  clients.push(c);
-  return c;
-}
+const client = heldClients(db);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function row(id: string) {

@@ -1,24 +1,14 @@
-import pg from 'pg';
-import { afterAll, expect, test } from 'vitest';
+import { expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
+import { heldClients } from '../support/held-clients.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 const S = quoteIdent(TEST_SCHEMA);
-const clients: pg.Client[] = [];
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
-});
-async function client(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  c.on('error', () => undefined);
-  await c.connect();
-  clients.push(c);
-  return c;
-}
+const client = heldClients(db);
 async function status(id: string) {
   return (await db.sql<{ status: string }>(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]))[0]?.status;
 }

@@ -1,25 +1,15 @@
 /** Adversarial races of §12 with raw transactions held open; every test asserts the end state. */
-import pg from 'pg';
-import { afterAll, expect, test } from 'vitest';
+import { expect, test } from 'vitest';
 import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import type { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
+import { heldClients } from '../support/held-clients.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
 const S = quoteIdent(TEST_SCHEMA);
-const clients: pg.Client[] = [];
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
-});
-async function client(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  c.on('error', () => undefined);
-  await c.connect();
-  clients.push(c);
-  return c;
-}
+const client = heldClients(db);
 async function job(id: string) {
   return (
     await db.sql<{ status: string; wait_event: string | null; wait_timeout: Date | null; attempts: number }>(
