@@ -7,35 +7,14 @@
  * Deliberate break seen failing (made in src/, this file run, the break undone): startBatch
  * (src/telemetry/tracing.ts) with `links: []`: the test failed (0 links instead of 3).
  */
-import { context, propagation, trace } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, expect, test } from 'vitest';
+import { trace } from '@opentelemetry/api';
+import { expect, test } from 'vitest';
 import type { BatchItem } from '../../src/task-types.js';
 import { useTestDatabase } from '../support/database.js';
+import { useInMemoryTracing } from '../support/otel.js';
 
 const db = useTestDatabase();
-const exporter = new InMemorySpanExporter();
-const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-const contextManager = new AsyncLocalStorageContextManager();
-
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-  trace.setGlobalTracerProvider(provider);
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-});
-
-afterAll(async () => {
-  trace.disable();
-  propagation.disable();
-  context.disable();
-  await provider.shutdown();
-});
+const exporter = useInMemoryTracing();
 
 test('one consumer span per batch, linked to each job’s enqueue span; the handler runs inside it', async () => {
   const queue = db.queue();

@@ -44,36 +44,15 @@
  *     "expected [ 'done' ] to deeply equal [ 'suspended', 'done' ]" (the poll timed out: no span
  *     for the suspending run).
  */
-import { context, propagation, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import {
-  BasicTracerProvider,
-  InMemorySpanExporter,
-  type ReadableSpan,
-  SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base';
-import { afterAll, beforeAll, expect, test } from 'vitest';
+import { SpanKind, SpanStatusCode } from '@opentelemetry/api';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace-base';
+import { expect, test } from 'vitest';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
+import { useInMemoryTracing } from '../support/otel.js';
 
 const db = useTestDatabase();
-const exporter = new InMemorySpanExporter();
-const provider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-const contextManager = new AsyncLocalStorageContextManager();
-
-beforeAll(() => {
-  context.setGlobalContextManager(contextManager.enable());
-  trace.setGlobalTracerProvider(provider);
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-});
-
-afterAll(async () => {
-  trace.disable();
-  propagation.disable();
-  context.disable();
-  await provider.shutdown();
-});
+const exporter = useInMemoryTracing();
 
 /** The finished CONSUMER spans of job `id` (one per run), in the order they ended. */
 function runSpans(id: string): ReadableSpan[] {
