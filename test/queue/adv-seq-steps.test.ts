@@ -12,16 +12,15 @@
  *   try: the head and an unrelated job X, both past their timeouts, stayed waiting for good;
  * - a cancelled suspended head: its key moves on (the trigger fires for it).
  */
-import pg from 'pg';
-import { afterAll, expect, test } from 'vitest';
+import { expect, test } from 'vitest';
+import type { Queue } from '../../src/queue.js';
 import type { JobContext } from '../../src/worker/options.js';
+import type { Worker } from '../../src/worker/worker.js';
 import { useTestDatabase } from '../support/database.js';
+import { heldClients } from '../support/held-clients.js';
 
 const db = useTestDatabase();
-const clients: pg.Client[] = [];
-afterAll(async () => {
-  await Promise.all(clients.map((c) => c.end().catch(() => undefined)));
-});
+const lateClient = heldClients(db);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -39,15 +38,11 @@ function latch(): { promise: Promise<void>; open: () => void } {
   return { promise, open };
 }
 
-async function lateClient(): Promise<pg.Client> {
-  const c = new pg.Client({ connectionString: db.url });
-  c.on('error', () => undefined);
-  clients.push(c);
-  await c.connect();
-  return c;
-}
-
-test('a suspended head holds its key: no rerun before the event, the next job after it', async () => {
+/** A started worker (4 slots, no poll) running `task`, and the `n` of each job it started, in order. */
+async function recording(
+  task: string,
+  handler: (p: { n: string }, ctx: JobContext) => Promise<unknown>,
+): Promise<{ queue: Queue; worker: Worker; started: string[] }> {
   const queue = db.queue();
   const started: string[] = [];
   const worker = db.worker({
@@ -55,13 +50,20 @@ test('a suspended head holds its key: no rerun before the event, the next job af
     concurrency: 4,
     pollIntervalMs: 60_000,
     tasks: {
-      w1: async (p: { n: string }, ctx: JobContext) => {
+      [task]: async (p: { n: string }, ctx: JobContext) => {
         started.push(p.n);
-        if (p.n === 'W') await ctx.waitForEvent('go', 'ev-1');
+        return handler(p, ctx);
       },
     },
   });
   await worker.start();
+  return { queue, worker, started };
+}
+
+test('a suspended head holds its key: no rerun before the event, the next job after it', async () => {
+  const { queue, worker, started } = await recording('w1', async (p, ctx) => {
+    if (p.n === 'W') await ctx.waitForEvent('go', 'ev-1');
+  });
   const w = await queue.enqueue('w1', { n: 'W' }, { sequence: 'k1' });
   const n = await queue.enqueue('w1', { n: 'N' }, { sequence: 'k1' });
   await expect.poll(() => rows([w.id])).toEqual([{ status: 'waiting', claims: 1 }]);
@@ -78,24 +80,13 @@ test('a suspended head holds its key: no rerun before the event, the next job af
 });
 
 test('late commit behind a suspended head: it waits for the head, and the emit wakes the head', async () => {
-  const queue = db.queue();
-  const started: string[] = [];
   const wGo = latch();
-  const worker = db.worker({
-    queue,
-    concurrency: 4,
-    pollIntervalMs: 60_000,
-    tasks: {
-      w2: async (p: { n: string }, ctx: JobContext) => {
-        started.push(p.n);
-        if (p.n === 'W') {
-          await wGo.promise;
-          await ctx.waitForEvent('go', 'ev-2');
-        }
-      },
-    },
+  const { queue, worker, started } = await recording('w2', async (p, ctx) => {
+    if (p.n === 'W') {
+      await wGo.promise;
+      await ctx.waitForEvent('go', 'ev-2');
+    }
   });
-  await worker.start();
   const c1 = await lateClient();
   await c1.query('BEGIN');
   const a = await queue.enqueue('w2', { n: 'A' }, { sequence: 'k2', client: c1 } as never);
@@ -114,27 +105,16 @@ test('late commit behind a suspended head: it waits for the head, and the emit w
 });
 
 test('a wait that times out behind a late commit; an unrelated wait times out beside it', async () => {
-  const queue = db.queue();
-  const started: string[] = [];
   const wGo = latch();
-  const worker = db.worker({
-    queue,
-    concurrency: 4,
-    pollIntervalMs: 60_000,
-    tasks: {
-      w3: async (p: { n: string }, ctx: JobContext) => {
-        started.push(p.n);
-        if (p.n === 'W') {
-          await wGo.promise;
-          return ctx.waitForEvent('go', 'never-3', { timeoutMs: 800 });
-        }
-        if (p.n === 'X') return ctx.waitForEvent('go', 'never-x', { timeoutMs: 1200 });
-        if (p.n === 'A') throw new Error('A fails for good'); // the key stays blocked behind it
-        return null;
-      },
-    },
+  const { queue, worker, started } = await recording('w3', async (p, ctx) => {
+    if (p.n === 'W') {
+      await wGo.promise;
+      return ctx.waitForEvent('go', 'never-3', { timeoutMs: 800 });
+    }
+    if (p.n === 'X') return ctx.waitForEvent('go', 'never-x', { timeoutMs: 1200 });
+    if (p.n === 'A') throw new Error('A fails for good'); // the key stays blocked behind it
+    return null;
   });
-  await worker.start();
   const c1 = await lateClient();
   await c1.query('BEGIN');
   const a = await queue.enqueue('w3', { n: 'A' }, { sequence: 'k3', client: c1, maxAttempts: 1 } as never);
@@ -152,20 +132,9 @@ test('a wait that times out behind a late commit; an unrelated wait times out be
 });
 
 test('a suspended head cancelled: its key moves on', async () => {
-  const queue = db.queue();
-  const started: string[] = [];
-  const worker = db.worker({
-    queue,
-    concurrency: 4,
-    pollIntervalMs: 60_000,
-    tasks: {
-      w4: async (p: { n: string }, ctx: JobContext) => {
-        started.push(p.n);
-        if (p.n === 'W') await ctx.waitForEvent('go', 'ev-4');
-      },
-    },
+  const { queue, worker, started } = await recording('w4', async (p, ctx) => {
+    if (p.n === 'W') await ctx.waitForEvent('go', 'ev-4');
   });
-  await worker.start();
   const w = await queue.enqueue('w4', { n: 'W' }, { sequence: 'k4' });
   const n = await queue.enqueue('w4', { n: 'N' }, { sequence: 'k4' });
   await expect.poll(() => rows([w.id])).toEqual([{ status: 'waiting', claims: 1 }]);
