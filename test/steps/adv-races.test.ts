@@ -4,7 +4,7 @@ import { quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import type { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
-import { heldClients } from '../support/held-clients.js';
+import { heldClients, someoneBlocked } from '../support/held-clients.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
@@ -24,18 +24,7 @@ async function stepsOf(id: string) {
     [id],
   );
 }
-async function blocked(): Promise<void> {
-  await expect
-    .poll(
-      async () =>
-        (
-          await db.sql<{ n: number }>(
-            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-          )
-        )[0]?.n ?? 0,
-    )
-    .toBeGreaterThan(0);
-}
+const blocked = () => someoneBlocked(db);
 /** A job claimed and suspended waiting for `event` (timeout ms or null); returns its id. */
 async function waitingJob(queue: Queue, task: string, event: string, timeoutMs: number | null) {
   const { id } = await queue.enqueue(task, {});

@@ -23,7 +23,7 @@ import { engineOf } from '../../src/engine/engine.js';
 import { DatabaseError } from '../../src/errors.js';
 import type { JobContext } from '../../src/worker/options.js';
 import { useTestDatabase } from '../support/database.js';
-import { heldClients } from '../support/held-clients.js';
+import { heldClients, someoneBlocked } from '../support/held-clients.js';
 import { TEST_SCHEMA } from '../support/schema.js';
 
 const db = useTestDatabase();
@@ -32,20 +32,6 @@ const client = heldClients(db);
 
 async function status(id: string): Promise<string | undefined> {
   return (await db.sql<{ status: string }>(`SELECT status FROM ${db.jobs} WHERE id = $1`, [id]))[0]?.status;
-}
-
-/** Resolves once some backend of this database waits for a lock (the held transaction blocks it). */
-async function someoneBlocked(): Promise<void> {
-  await expect
-    .poll(
-      async () =>
-        (
-          await db.sql<{ n: number }>(
-            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
-          )
-        )[0]?.n ?? 0,
-    )
-    .toBeGreaterThan(0);
 }
 
 /** A waiting handler: returns what waitForEvent gave, counting its runs. */
@@ -148,7 +134,7 @@ test('no lost wake-up, waiter registered first and held open: the emit waits for
   expect(rows[0].state).toBe('waiting');
   // the emit starts while the waiter's registration is uncommitted: it must wait for it
   const emitted = queue.emitEvent('held-1', 'payload');
-  await someoneBlocked();
+  await someoneBlocked(db);
   await tx.query('COMMIT');
   expect(await emitted).toBe(true);
   expect(await status(id)).toBe('pending');
@@ -170,7 +156,7 @@ test('no lost wake-up, emitter first and held open: the waiter waits for its com
   await tx.query('BEGIN');
   expect(await queue.emitEvent('held-2', { first: true }, { client: tx })).toBe(true);
   const waited = engineOf(queue).steps.wait(lease!, 'got', 'held-2', null);
-  await someoneBlocked();
+  await someoneBlocked(db);
   await tx.query('COMMIT');
   expect(await waited).toEqual({ state: 'set', valueJson: '{"payload": {"first": true}}' });
   expect(await status(id)).toBe('running');
@@ -182,7 +168,7 @@ test('no lost wake-up, emitter first and held open: the waiter waits for its com
   await tx2.query('BEGIN');
   await queue.emitEvent('held-3', 1, { client: tx2 });
   const waited2 = engineOf(queue).steps.wait(lease2!, 'got', 'held-3', null);
-  await someoneBlocked();
+  await someoneBlocked(db);
   await tx2.query('ROLLBACK');
   expect((await waited2).state).toBe('waiting');
   expect(await status(other.id)).toBe('waiting');

@@ -4,7 +4,7 @@
  * purpose is ignored).
  */
 import pg from 'pg';
-import { afterAll } from 'vitest';
+import { afterAll, expect } from 'vitest';
 import type { TestDatabase } from './database.js';
 
 export function heldClients(db: TestDatabase): () => Promise<pg.Client> {
@@ -19,4 +19,18 @@ export function heldClients(db: TestDatabase): () => Promise<pg.Client> {
     clients.push(c);
     return c;
   };
+}
+
+/** Resolves once some backend of the test database waits for a lock (a held transaction blocks it). */
+export async function someoneBlocked(db: TestDatabase): Promise<void> {
+  await expect
+    .poll(
+      async () =>
+        (
+          await db.sql<{ n: number }>(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+          )
+        )[0]?.n ?? 0,
+    )
+    .toBeGreaterThan(0);
 }
