@@ -1,6 +1,6 @@
 /** Adversarial races of §12 with raw transactions held open; every test asserts the end state. */
 import { expect, test } from 'vitest';
-import { quoteIdent } from '../../src/db/identifier.js';
+import { notifyChannel, quoteIdent } from '../../src/db/identifier.js';
 import { engineOf } from '../../src/engine/engine.js';
 import type { Queue } from '../../src/queue.js';
 import { useTestDatabase } from '../support/database.js';
@@ -183,7 +183,7 @@ test('emit in a savepoint rolled back while the outer transaction commits: nothi
   const listener = await client();
   const heard: string[] = [];
   listener.on('notification', (n) => heard.push(String(n.payload)));
-  await listener.query(`LISTEN "skiplock:${TEST_SCHEMA}"`);
+  await listener.query(`LISTEN ${quoteIdent(notifyChannel(TEST_SCHEMA))}`);
   await tx.query('BEGIN');
   await tx.query('SAVEPOINT a');
   expect(await queue.emitEvent('ev-sp', 'x', { client: tx })).toBe(true);
