@@ -73,7 +73,20 @@ test('1,000 jobs sleeping 2 s take no slot, resume within the wake-up bound, att
   // the quick jobs ran while the sleepers slept (unless suspending 1,000 took nearly 2 s here)
   const earliestWake = Math.min(...suspended.map((s) => s.until?.getTime() ?? Number.POSITIVE_INFINITY));
   if (allSuspendedAt < earliestWake - 1_000) expect(resumedBeforeQuick).toBe(0);
-  await expect.poll(() => resumedAt.size, { timeout: 30_000 }).toBe(SLEEPERS);
+  await expect
+    .poll(() => resumedAt.size, { timeout: 30_000 })
+    .toBe(SLEEPERS)
+    .catch(async (error: unknown) => {
+      // seen once in CI (2026-12-04, Node 20 × PostgreSQL 15 pass): 997 of 1,000 resumed — say
+      // where the others are, for the next look
+      const missing = sleepers.filter(({ id }) => !resumedAt.has(id)).map(({ id }) => id);
+      const rows = await db.sql(
+        `SELECT id::text, status, run_after, now() AS now, claims, attempts, lease_until, worker_id
+           FROM ${db.jobs} WHERE id = ANY($1::bigint[])`,
+        [missing],
+      );
+      throw new Error(`not resumed: ${JSON.stringify(rows)}`, { cause: error });
+    });
   const jobs = await db.sql<{ id: string }>(`SELECT id::text AS id FROM ${db.jobs} WHERE task = 'sleep.nap'`);
   await expect
     .poll(
